@@ -1,0 +1,61 @@
+"""``python -m experiments NAME [--preset P] [--key=value ...]``: parse, run, write. Nothing else."""
+
+from __future__ import annotations
+
+import sys
+
+from experiments.configs import ConfigError, apply_overrides, describe_fields, parse_overrides
+from experiments.registry import EXPERIMENTS
+
+
+def usage() -> str:
+    lines = ["usage: python -m experiments NAME [--preset P] [--key=value ...]", "", "experiments:"]
+    for name, exp in EXPERIMENTS.items():
+        lines.append(f"  {name:10s} {exp.help}  (presets: {', '.join(exp.presets)}; default {exp.default_preset})")
+    lines.append("")
+    lines.append("'python -m experiments NAME --help' lists every knob of NAME with its default.")
+    return "\n".join(lines)
+
+
+def usage_for(name: str) -> str:
+    exp = EXPERIMENTS[name]
+    cfg = exp.presets[exp.default_preset]()
+    lines = [f"usage: python -m experiments {name} [--preset {'|'.join(exp.presets)}] [--key=value ...]",
+             "", exp.help, "", f"knobs (defaults of preset {exp.default_preset!r}):"]
+    for key, tp, default in describe_fields(cfg):
+        lines.append(f"  {'--' + key + '=' + str(default):<40} {tp}")
+    lines += exp.extra_help
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(usage())
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in EXPERIMENTS:
+        print(f"error: unknown experiment {name!r}; choose one of {', '.join(EXPERIMENTS)}", file=sys.stderr)
+        return 2
+    exp = EXPERIMENTS[name]
+    if any(a in ("-h", "--help") for a in rest):
+        print(usage_for(name))
+        return 0
+    preset = exp.default_preset
+    if rest and rest[0] == "--preset" and len(rest) > 1:
+        preset, rest = rest[1], rest[2:]
+    try:
+        overrides = parse_overrides(rest)
+        preset = overrides.pop("preset", preset)
+        if preset not in exp.presets:
+            raise ConfigError(f"preset={preset!r}: {name} has presets {', '.join(exp.presets)}")
+        run_opts = {k: overrides.pop(k) for k in list(overrides) if k in exp.run_options}
+        cfg = apply_overrides(exp.presets[preset](), overrides)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return exp.main(cfg, preset=preset, **run_opts) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,254 @@
+"""The Grain input pipeline: source → seeded shuffle → per-sample transform → batch → workers → prefetch.
+
+Each transform stamps the seconds it spent into the element (``t_decode``, ``t_augment``); after
+batching these are per-batch sums, so per-stage times measured inside worker processes reach the
+main process exactly. Grain's own execution statistics (STAGE_TIMING) are collected beside them
+where Grain can report them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from experiments import data as data_lib
+from experiments.configs import check
+
+STAGE_KEYS = ("t_decode", "t_augment")
+
+
+def _ensure_absl_flags() -> None:
+    # Grain's workers read absl flags; a plain script never parsed them.
+    from absl import flags
+    if not flags.FLAGS.is_parsed():
+        flags.FLAGS.mark_as_parsed()
+
+
+@dataclasses.dataclass(frozen=True)
+class LoaderConfig:
+    workload: Literal["image", "text"] = "image"
+    source: Literal["arrayrecord", "memmap", "ram"] = "ram"
+    seq_len: int = 128
+    num_samples: int = 2048
+    image_size: int = 32
+    channels: int = 3
+    num_classes: int = 10
+    batch_size: int = 64
+    num_workers: int = 0
+    per_worker_buffer_size: int = 2
+    read_threads: int = 1
+    read_buffer_size: int = 2
+    prefetch_buffer_size: int = 2
+    augment_cost: int = 0
+    crop_padding: int = 4
+    seed: int = 0
+    cache_dir: str = str(data_lib.DEFAULT_CACHE)
+
+    def __post_init__(self):
+        check(self.source in data_lib.SOURCES, "source", self.source, f"expected one of {data_lib.SOURCES}")
+        check(self.batch_size > 0, "batch_size", self.batch_size, "must be positive")
+        check(self.num_workers >= 0, "num_workers", self.num_workers, "must be >= 0 (0 = no worker processes)")
+        check(self.num_workers <= 64, "num_workers", self.num_workers, "must be <= 64")
+        check(self.per_worker_buffer_size > 0, "per_worker_buffer_size", self.per_worker_buffer_size, "must be positive")
+        check(1 <= self.read_threads <= 64, "read_threads", self.read_threads, "must be in 1..64")
+        check(self.read_buffer_size >= 1, "read_buffer_size", self.read_buffer_size, "must be >= 1 (batches)")
+        check(self.prefetch_buffer_size >= 0, "prefetch_buffer_size", self.prefetch_buffer_size, "must be >= 0")
+        check(self.augment_cost >= 0, "augment_cost", self.augment_cost, "must be >= 0 (extra blur passes per sample)")
+        check(0 <= self.crop_padding < self.image_size, "crop_padding", self.crop_padding, "must be in [0, image_size)")
+        check(self.workload in ("image", "text"), "workload", self.workload, "expected 'image' or 'text'")
+        if self.workload == "text":
+            check(self.source == "ram", "source", self.source, "the text workload is held in RAM: use source=ram")
+            check(self.seq_len > 1, "seq_len", self.seq_len, "must be > 1")
+            return
+        check(self.num_samples >= self.batch_size, "num_samples", self.num_samples,
+              f"must be at least batch_size ({self.batch_size})")
+        data_lib.ImageSpec(self.num_samples, self.image_size, self.channels, self.num_classes)
+
+    @property
+    def image_spec(self) -> data_lib.ImageSpec:
+        return data_lib.ImageSpec(self.num_samples, self.image_size, self.channels, self.num_classes, seed=0)
+
+
+class Decode:
+    """ArrayRecord blob → uint8 image and label (zlib + CRC check)."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __call__(self, x: dict) -> dict:
+        t0 = time.perf_counter()
+        out = data_lib.decode_record(x["blob"], where=f"{self.path}: record {int(x['index'])}")
+        out["t_decode"] = np.float64(time.perf_counter() - t0)
+        return out
+
+
+class Augment:
+    """Normalise to float32, random crop (zero padding) and horizontal flip, plus ``cost`` blur passes.
+
+    ``cost`` emulates heavy augmentation with real CPU work: each pass is a 3×3 box blur of the image.
+    """
+
+    MEAN, STD = 0.5, 0.25
+
+    def __init__(self, padding: int, cost: int):
+        self.padding, self.cost = padding, cost
+
+    def __call__(self, x: dict, rng: np.random.Generator) -> dict:
+        t0 = time.perf_counter()
+        img = x["image"].astype(np.float32) * (1.0 / 255.0)
+        img = (img - self.MEAN) * (1.0 / self.STD)
+        h, w, _ = img.shape
+        p = self.padding
+        if p:
+            padded = np.pad(img, ((p, p), (p, p), (0, 0)))
+            dy, dx = rng.integers(0, 2 * p + 1, size=2)
+            img = padded[dy:dy + h, dx:dx + w]
+        if rng.random() < 0.5:
+            img = img[:, ::-1]
+        img = np.ascontiguousarray(img)
+        for _ in range(self.cost):
+            q = np.pad(img, ((1, 1), (1, 1), (0, 0)), mode="edge")
+            img = (q[:-2, :-2] + q[:-2, 1:-1] + q[:-2, 2:] + q[1:-1, :-2] + q[1:-1, 1:-1]
+                   + q[1:-1, 2:] + q[2:, :-2] + q[2:, 1:-1] + q[2:, 2:]) * np.float32(1 / 9)
+        out = {"image": img, "label": x["label"], "t_augment": np.float64(time.perf_counter() - t0)}
+        if "t_decode" in x:
+            out["t_decode"] = x["t_decode"]
+        else:
+            out["t_decode"] = np.float64(0.0)
+        return out
+
+
+class TextSample:
+    """Text windows need no decoding; stamps the (tiny) host time so every workload has stage times."""
+
+    def __call__(self, x: dict) -> dict:
+        return {**x, "t_decode": np.float64(0.0), "t_augment": np.float64(0.0)}
+
+
+def build_source(cfg: LoaderConfig):
+    if cfg.workload == "text":
+        return data_lib.TextWindows.from_split("train", cfg.seq_len)
+    return data_lib.image_source(cfg.image_spec, cfg.source, cfg.cache_dir)
+
+
+def build_dataset(cfg: LoaderConfig, stage_timing: bool = True):
+    """Returns the Grain IterDataset of host batches (infinite: reshuffled every epoch)."""
+    import grain
+    import grain.experimental as ge
+
+    _ensure_absl_flags()
+    src = build_source(cfg)
+    ds = grain.MapDataset.source(src).shuffle(seed=cfg.seed).repeat(None)
+    if cfg.workload == "text":
+        ds = ds.map(TextSample())
+    else:
+        if cfg.source == "arrayrecord":
+            ds = ds.map(Decode(src.path))
+        ds = ds.random_map(Augment(cfg.crop_padding, cfg.augment_cost), seed=cfg.seed + 1)
+    ds = ds.batch(cfg.batch_size, drop_remainder=True)
+    # Grain's default read options (16 threads, 500 elements ahead) would hide a 500-batch buffer;
+    # here the batches ahead per process are explicit knobs.
+    it_ds = ds.to_iter_dataset(grain.ReadOptions(num_threads=cfg.read_threads,
+                                                 prefetch_buffer_size=cfg.read_buffer_size))
+    options = ge.DatasetOptions(execution_tracking_mode=ge.ExecutionTrackingMode.STAGE_TIMING if stage_timing
+                                else ge.ExecutionTrackingMode.DISABLED)
+    it_ds = ge.WithOptionsIterDataset(it_ds, options)
+    if cfg.num_workers > 0:
+        it_ds = it_ds.mp_prefetch(grain.MultiprocessingOptions(
+            num_workers=cfg.num_workers, per_worker_buffer_size=cfg.per_worker_buffer_size))
+    if cfg.prefetch_buffer_size > 0:
+        it_ds = ge.ThreadPrefetchIterDataset(it_ds, prefetch_buffer_size=cfg.prefetch_buffer_size)
+    return it_ds
+
+
+class LoaderFailed(RuntimeError):
+    """The loader stopped delivering batches: a worker died, or the pipeline ended unexpectedly."""
+
+
+def split_stage_times(batch: dict) -> tuple[dict, dict]:
+    """Separates the per-stage time stamps from the arrays that go to the device."""
+    times = {k: float(np.sum(batch[k])) for k in STAGE_KEYS if k in batch}
+    return {k: v for k, v in batch.items() if k not in STAGE_KEYS}, times
+
+
+def grain_stats_frame(iterator):
+    """Grain's STAGE_TIMING execution summary of ``iterator`` as a DataFrame (empty if unavailable).
+
+    Uses Grain's summary builder on the iterator's stats object; this is internal API in grain
+    0.2.x, so failures are reported in a ``note`` column, never raised.
+    """
+    import pandas as pd
+    try:
+        summary = iterator._stats._get_execution_summary()  # noqa: SLF001 — no public accessor in grain 0.2.18
+    except Exception as e:  # grain internals differ between versions
+        return pd.DataFrame([{"node": "", "note": f"grain summary unavailable: {type(e).__name__}: {e}"}])
+    rows = []
+    for nid, n in sorted(summary.nodes.items()):
+        rows.append({"node_id": nid, "node": n.name, "num_produced_elements": n.num_produced_elements,
+                     "total_processing_time_s": n.total_processing_time_ns / 1e9,
+                     "min_processing_time_s": (n.min_processing_time_ns / 1e9
+                                               if n.num_produced_elements else float("nan")),
+                     "max_processing_time_s": n.max_processing_time_ns / 1e9,
+                     "wait_time_ratio": n.wait_time_ratio, "bytes_produced": n.bytes_produced,
+                     "is_prefetch": n.is_prefetch, "inputs": ",".join(str(i) for i in n.inputs), "note": ""})
+    return pd.DataFrame(rows)
+
+
+class WorkerWatch:
+    """Knows the loader's worker processes so a dead one is reported by pid and exit code."""
+
+    def __init__(self):
+        import psutil
+        self._me = psutil.Process()
+        self._before = {p.pid for p in self._me.children(recursive=True)}
+        self.workers = []
+
+    def snapshot(self) -> None:
+        self.workers = [p for p in self._me.children(recursive=False) if p.pid not in self._before
+                        and _is_python(p)]
+
+    def dead(self) -> list[str]:
+        import psutil
+        out = []
+        for p in self.workers:
+            try:
+                st = p.status()
+                if st == psutil.STATUS_ZOMBIE:
+                    out.append(f"pid {p.pid} (zombie)")
+            except psutil.NoSuchProcess:
+                out.append(f"pid {p.pid} (gone)")
+        return out
+
+
+def _is_python(p) -> bool:
+    try:
+        return "resource_tracker" not in " ".join(p.cmdline())
+    except Exception:
+        return True
+
+
+def describe_worker_failure(watch: WorkerWatch | None, cause: BaseException | None) -> str:
+    dead = watch.dead() if watch else []
+    msg = "the data loader stopped delivering batches"
+    if dead:
+        msg += f": loader worker process(es) died: {', '.join(dead)}"
+    if cause is not None:
+        msg += f" ({type(cause).__name__}: {cause})"
+    return msg + ". Check memory (an OOM kill ends workers) and the transform code; lower num_workers to debug."
+
+
+def shm_segments() -> set[str]:
+    """Names in /dev/shm (where Grain's shared-memory batches live), for leak checks."""
+    try:
+        return set(os.listdir("/dev/shm"))
+    except FileNotFoundError:
+        return set()
+
+
+def dataset_path(cfg: LoaderConfig) -> Path:
+    return data_lib.ensure_images(cfg.image_spec, cfg.source, cfg.cache_dir)

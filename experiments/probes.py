@@ -1,0 +1,740 @@
+"""Probes: how fast bytes move on this machine, and how fast it multiplies matrices.
+
+Each probe sweeps a size (4 KiB up to ``max_bytes``, capped by free memory), times every size
+``repeats`` times after ``warmup`` untimed-for-the-fit runs, and emits one row per measurement.
+``fit_links`` fits t = α + n / B (Hockney) per probe with a robust fit; ``write`` stores rows.csv,
+fits.csv and config.json together.
+
+    python -m experiments.probes --preset quick [--out results/probe/<run_id>] [--key=value ...]
+
+A probe the platform cannot run yields one row with status "not measured" and the reason; no
+number is ever made up for it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import dataclasses
+import json
+import math
+import mmap
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Literal
+
+import numpy as np
+import pandas as pd
+import psutil
+from scipy.optimize import least_squares
+
+from experiments.configs import (ConfigError, apply_overrides, check, describe_fields,
+                                 parse_overrides, to_flat_dict)
+from experiments.env import environment
+
+KiB, MiB, GiB = 2**10, 2**20, 2**30
+PAGE = mmap.PAGESIZE
+
+# probe -> (src tier, dst tier, what the x axis of the fit counts)
+PROBE_LINKS: dict[str, tuple[str, str, str]] = {
+    "file_read_cold": ("disk", "page_cache", "bytes"),
+    "file_read_warm": ("page_cache", "ram", "bytes"),
+    "ram_copy": ("ram", "ram", "bytes"),
+    "h2d_pageable": ("ram", "device", "bytes"),
+    "h2d_pinned": ("pinned_host", "device", "bytes"),
+    "d2h": ("device", "ram", "bytes"),
+    "device_copy": ("device", "device", "bytes"),
+    "matmul_fp32": ("device", "device", "flop"),
+    "matmul_bf16": ("device", "device", "flop"),
+}
+PROBES = tuple(PROBE_LINKS)
+FIT_METHOD = ("huber least squares on relative residuals (y_hat/y - 1), f_scale=0.05, "
+              "alpha,B >= 0; scipy.optimize.least_squares; all measured repeats")
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbeConfig:
+    probes: tuple[str, ...] = PROBES
+    min_bytes: int = 4 * KiB
+    max_bytes: int = 256 * MiB
+    size_factor: int = 4            # sizes are min_bytes * size_factor**k
+    repeats: int = 5
+    warmup: int = 1
+    memory_fraction: float = 0.25   # of available RAM that the largest size × 3 buffers may take
+    max_seconds_per_size: float = 5.0  # a slower size ends that probe's sweep ("not measured" rows)
+    cold_method: Literal["fadvise", "o_direct"] = "fadvise"
+    matmul_sizes: tuple[int, ...] = (128, 256, 512, 1024)
+    tmp_dir: str = ""               # "" = the system temp dir; the file probes write one file there
+    seed: int = 0
+
+    def __post_init__(self):
+        unknown = [p for p in self.probes if p not in PROBE_LINKS]
+        check(not unknown and len(self.probes) > 0, "probes", ",".join(self.probes),
+              f"unknown probe(s) {unknown}; choose from {', '.join(PROBES)}")
+        check(self.min_bytes >= PAGE and self.min_bytes % PAGE == 0, "min_bytes", self.min_bytes,
+              f"must be a positive multiple of the page size ({PAGE} bytes; O_DIRECT needs it)")
+        check(self.max_bytes >= self.min_bytes, "max_bytes", self.max_bytes,
+              f"must be >= min_bytes={self.min_bytes}")
+        check(self.size_factor >= 2, "size_factor", self.size_factor, "must be an integer >= 2")
+        check(self.repeats >= 1, "repeats", self.repeats, "must be >= 1")
+        check(self.warmup >= 0, "warmup", self.warmup, "must be >= 0")
+        check(0 < self.memory_fraction <= 0.9, "memory_fraction", self.memory_fraction,
+              "must be in (0, 0.9]")
+        check(self.max_seconds_per_size > 0, "max_seconds_per_size", self.max_seconds_per_size,
+              "must be > 0 seconds")
+        check(all(n >= 1 for n in self.matmul_sizes), "matmul_sizes",
+              ",".join(map(str, self.matmul_sizes)), "matrix sizes must be >= 1")
+        check(self.tmp_dir == "" or os.path.isdir(self.tmp_dir), "tmp_dir", self.tmp_dir,
+              "is not an existing directory; create it or leave it empty for the system temp dir")
+
+
+def smoke() -> ProbeConfig:
+    """A few seconds: tiny sizes, for tests."""
+    return ProbeConfig(max_bytes=256 * KiB, repeats=2, warmup=1, matmul_sizes=(16, 32, 64))
+
+
+def quick() -> ProbeConfig:
+    """About a minute on a 2-core CPU: 4 KiB … 256 MiB by ×4, 3 repeats."""
+    return ProbeConfig(repeats=3, warmup=1)
+
+
+def full() -> ProbeConfig:
+    """Denser and longer: 4 KiB … 1 GiB by ×2, 7 repeats, matmuls up to 2048."""
+    return ProbeConfig(max_bytes=1 * GiB, size_factor=2, repeats=7, warmup=2,
+                       max_seconds_per_size=20.0, matmul_sizes=(128, 256, 512, 1024, 1536, 2048))
+
+
+PRESETS: dict[str, Callable[[], ProbeConfig]] = {"smoke": smoke, "quick": quick, "full": full}
+
+
+# ---- helpers ------------------------------------------------------------------------------------
+
+
+def link_name(probe: str) -> str:
+    """'src->dst' for transfer probes, 'device compute' for matmuls."""
+    src, dst, unit = PROBE_LINKS[probe]
+    return f"{src}->{dst}" if unit == "bytes" else f"{src} compute"
+
+
+def sizes(cfg: ProbeConfig, cap_bytes: int) -> list[int]:
+    """min_bytes · factor^k up to min(max_bytes, cap_bytes); at least min_bytes."""
+    out, n = [], cfg.min_bytes
+    limit = max(cfg.min_bytes, min(cfg.max_bytes, cap_bytes))
+    while n <= limit:
+        out.append(n)
+        n *= cfg.size_factor
+    return out
+
+
+def _pread_full(fd: int, view: memoryview) -> None:
+    off = 0
+    while off < len(view):
+        k = os.preadv(fd, [view[off:]], off)
+        if k == 0:
+            raise EOFError(f"file ended after {off} of {len(view)} bytes")
+        off += k
+
+
+def _resident_fraction(fd: int, length: int) -> float:
+    """Fraction of the file's first ``length`` bytes in the page cache (mincore(2)); NaN if unknown."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                              ctypes.c_int, ctypes.c_long]
+        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+        addr = libc.mmap(None, length, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if addr in (None, ctypes.c_void_p(-1).value):
+            return float("nan")
+        try:
+            pages = (length + PAGE - 1) // PAGE
+            vec = (ctypes.c_ubyte * pages)()
+            if libc.mincore(ctypes.c_void_p(addr), length, vec) != 0:
+                return float("nan")
+            return float((np.frombuffer(vec, dtype=np.uint8) & 1).mean())
+        finally:
+            libc.munmap(ctypes.c_void_p(addr), length)
+    except (OSError, AttributeError):
+        return float("nan")
+
+
+class _Recorder:
+    """Collects rows; knows the environment and config columns every row carries."""
+
+    def __init__(self, cfg: ProbeConfig, env: dict, log: Callable[[str], None]):
+        self.rows: list[dict] = []
+        self.common = {**env, **to_flat_dict(cfg)}
+        self.log = log
+
+    def add(self, probe: str, phase: str, size: float, seconds: float, repeat: int,
+            note: str = "", flops: float = float("nan"), status: str = "ok") -> None:
+        src, dst, _ = PROBE_LINKS[probe]
+        row = {
+            "probe": probe, "src": src, "dst": dst, "link": link_name(probe), "phase": phase,
+            "size_bytes": size, "flops": flops, "repeat": repeat, "seconds": seconds,
+            "bandwidth_Bps": size / seconds if status == "ok" and seconds > 0 else float("nan"),
+            "flop_rate": flops / seconds if status == "ok" and seconds > 0 else float("nan"),
+            "status": status, "note": note,
+        }
+        row.update(self.common)
+        self.rows.append(row)
+
+    def not_measured(self, probe: str, reason: str, size: float = float("nan")) -> None:
+        self.add(probe, "measure", size, float("nan"), -1, reason, status="not measured")
+        self.log(f"  {probe}: not measured ({reason})")
+
+
+def _sweep(rec: _Recorder, cfg: ProbeConfig, probe: str, sz: list[int],
+           timed: Callable[[int], float], note: str | Callable[[int], str] = "",
+           flops_of: Callable[[int], float] | None = None) -> None:
+    """Warm-up then repeats for each size; stops the sweep when one size gets too slow."""
+    for i, n in enumerate(sz):
+        flops = flops_of(n) if flops_of else float("nan")
+        size_b = n
+        worst = 0.0
+        for w in range(cfg.warmup):
+            s = timed(n)
+            rec.add(probe, "warmup", size_b, s, w, "warm-up/compile: not fitted", flops)
+        for r in range(cfg.repeats):
+            s = timed(n)
+            worst = max(worst, s)
+            rec.add(probe, "measure", size_b, s, r, note(n) if callable(note) else note, flops)
+        if worst > cfg.max_seconds_per_size and i + 1 < len(sz):
+            for m in sz[i + 1:]:
+                rec.not_measured(probe, f"skipped: size {n} took {worst:.3g} s > "
+                                        f"max_seconds_per_size={cfg.max_seconds_per_size}; raise it "
+                                        "to measure larger sizes", size=m)
+            return
+
+
+# ---- the probes ---------------------------------------------------------------------------------
+
+
+def _file_probes(rec: _Recorder, cfg: ProbeConfig, sz: list[int], tmp: Path) -> None:
+    want = [p for p in ("file_read_cold", "file_read_warm") if p in cfg.probes]
+    if not want:
+        return
+    free = psutil.disk_usage(str(tmp)).free
+    if free < 2 * sz[-1]:
+        fits = [n for n in sz if 2 * n <= free]
+        if not fits:
+            for p in want:
+                rec.not_measured(p, f"only {free} bytes free in {tmp}; set tmp_dir= elsewhere")
+            return
+        sz = fits
+    n_max = sz[-1]
+    path = tmp / "probe.bin"
+    rng = np.random.default_rng(cfg.seed)
+    # An anonymous mmap is page-aligned, as O_DIRECT requires; touch it so page faults of the
+    # destination are not timed.
+    buf = mmap.mmap(-1, n_max)
+    dst = np.frombuffer(buf, dtype=np.uint8)
+    dst[:] = 1
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            chunk = 16 * MiB
+            for off in range(0, n_max, chunk):
+                os.write(fd, rng.integers(0, 256, min(chunk, n_max - off), dtype=np.uint8).tobytes())
+            os.fsync(fd)  # DONTNEED only drops clean pages
+        finally:
+            os.close(fd)
+        view = memoryview(buf)
+
+        if "file_read_cold" in want:
+            if cfg.cold_method == "fadvise":
+                fd = os.open(path, os.O_RDONLY)
+                base_note = ("page cache dropped with posix_fadvise(POSIX_FADV_DONTNEED) after fsync; "
+                             "read() into a pre-touched buffer (includes the copy to user space). "
+                             "On a VM the hypervisor may still cache the disk image")
+            else:
+                try:
+                    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+                except OSError as e:
+                    fd = None
+                    rec.not_measured("file_read_cold", f"O_DIRECT open failed on {tmp}: {e}; "
+                                                       "use cold_method=fadvise or another tmp_dir")
+                base_note = ("page cache bypassed with O_DIRECT into a page-aligned buffer (no copy "
+                             "to user space). On a VM the hypervisor may still cache the disk image")
+            if fd is not None:
+                try:
+                    def cold(n: int, fd=fd) -> float:
+                        if cfg.cold_method == "fadvise":
+                            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                        t0 = time.perf_counter()
+                        _pread_full(fd, view[:n])
+                        return time.perf_counter() - t0
+
+                    def cold_note(n: int, fd=fd) -> str:
+                        if cfg.cold_method != "fadvise":
+                            return base_note
+                        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                        res = _resident_fraction(fd, n)
+                        if math.isnan(res):
+                            return base_note + "; residency after fadvise not checked (mincore failed)"
+                        return base_note + f"; mincore after fadvise: {res:.1%} of pages resident"
+
+                    # The first read of the whole file after writing it: recorded apart (phase
+                    # first_read), since a VM's host cache may make later "cold" reads faster.
+                    s = cold(n_max)
+                    rec.add("file_read_cold", "first_read", n_max, s, 0,
+                            "first cold read of the whole file after writing it; not fitted")
+                    rec.log(f"  file_read_cold: first read {n_max / s / 1e9:.3g} GB/s")
+                    _sweep(rec, cfg, "file_read_cold", sz, cold, cold_note(sz[-1]))
+                finally:
+                    os.close(fd)
+
+        if "file_read_warm" in want:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                _pread_full(fd, view[:n_max])  # bring the file into the page cache
+
+                def warm(n: int) -> float:
+                    t0 = time.perf_counter()
+                    _pread_full(fd, view[:n])
+                    return time.perf_counter() - t0
+
+                res = _resident_fraction(fd, n_max)
+                _sweep(rec, cfg, "file_read_warm", sz, warm,
+                       "read() from the page cache into a pre-touched buffer"
+                       + ("" if math.isnan(res) else f"; mincore: {res:.1%} of pages resident"))
+            finally:
+                os.close(fd)
+    finally:
+        del dst, view
+        buf.close()
+
+
+def _ram_copy(rec: _Recorder, cfg: ProbeConfig, sz: list[int]) -> None:
+    src = np.ones(sz[-1], dtype=np.uint8)   # np.ones writes every page: pre-touched
+    dst = np.zeros(sz[-1], dtype=np.uint8)
+    dst[:] = 2                              # np.zeros may be lazily mapped; touch it
+
+    def copy(n: int) -> float:
+        t0 = time.perf_counter()
+        np.copyto(dst[:n], src[:n])
+        return time.perf_counter() - t0
+
+    _sweep(rec, cfg, "ram_copy", sz, copy,
+           "numpy.copyto into a pre-touched buffer; n bytes read and n written, rate = n/s")
+
+
+def _device_probes(rec: _Recorder, cfg: ProbeConfig, sz: list[int]) -> None:
+    import jax
+    import jax.numpy as jnp
+
+    dev = jax.devices()[0]
+    platform = dev.platform
+    host = np.ones(sz[-1], dtype=np.uint8)
+    kinds = []
+    try:
+        kinds = [m.kind for m in dev.addressable_memories()]
+    except Exception:  # older runtimes: no memories API
+        pass
+
+    if "h2d_pageable" in cfg.probes:
+        probe_x = jax.device_put(host[:PAGE]).block_until_ready()
+        aliased = probe_x.unsafe_buffer_pointer() == host.ctypes.data
+        del probe_x
+        note = "jax.device_put of a pageable numpy array, block_until_ready"
+        if platform == "cpu":
+            note += ("; on CPU the 'device' is host RAM: this is an allocation plus copy "
+                     "(with page faults), not a bus transfer")
+        if aliased:
+            note += "; WARNING: device_put aliased the numpy buffer (zero-copy)"
+
+        def h2d(n: int) -> float:
+            a = host[:n]
+            t0 = time.perf_counter()
+            x = jax.device_put(a)
+            x.block_until_ready()
+            s = time.perf_counter() - t0
+            del x
+            return s
+
+        _sweep(rec, cfg, "h2d_pageable", sz, h2d, note)
+
+    if "h2d_pinned" in cfg.probes:
+        if platform == "cpu":
+            rec.not_measured(
+                "h2d_pinned",
+                "platform cpu: the device's memory is host RAM, so there is no host-to-device bus "
+                "for page-locked memory to speed up (jax accepts memory_kind='pinned_host' here, "
+                "but a copy from it is just another RAM copy)")
+        elif "pinned_host" not in kinds:
+            rec.not_measured("h2d_pinned", f"platform {platform}: device memories {kinds} have no "
+                                           "'pinned_host' memory kind")
+        else:
+            from jax.sharding import SingleDeviceSharding
+            pinned = SingleDeviceSharding(dev, memory_kind="pinned_host")
+            on_dev = SingleDeviceSharding(dev, memory_kind="device")
+
+            def h2d_pinned(n: int) -> float:
+                p = jax.device_put(host[:n], pinned).block_until_ready()  # staging: not timed
+                t0 = time.perf_counter()
+                x = jax.device_put(p, on_dev)
+                x.block_until_ready()
+                s = time.perf_counter() - t0
+                del x, p
+                return s
+
+            _sweep(rec, cfg, "h2d_pinned", sz, h2d_pinned,
+                   "jax.device_put from a memory_kind='pinned_host' array to 'device', "
+                   "block_until_ready")
+
+    if "d2h" in cfg.probes:
+        base = jax.device_put(host).block_until_ready()
+        fresh = jax.jit(lambda x: x + jnp.uint8(1))  # new buffers: Array caches its host copy
+        trial = fresh(base[:PAGE]).block_until_ready()
+        aliased = np.asarray(trial).ctypes.data == trial.unsafe_buffer_pointer()
+        del trial
+        if aliased:
+            note = ("np.asarray of a device array aliases it on this platform (zero-copy, the "
+                    "device buffer is host RAM); measured np.array(x, copy=True) instead: what a "
+                    "consumer that needs its own host buffer pays")
+        else:
+            note = "np.asarray(jax array): device-to-host copy into a new host buffer"
+
+        def d2h(n: int) -> float:
+            x = fresh(base[:n]).block_until_ready()
+            t0 = time.perf_counter()
+            h = np.array(x, copy=True) if aliased else np.asarray(x)
+            s = time.perf_counter() - t0
+            del h, x
+            return s
+
+        _sweep(rec, cfg, "d2h", sz, d2h, note)
+        del base
+
+    if "device_copy" in cfg.probes:
+        base = jax.device_put(host).block_until_ready()
+        copy = jax.jit(lambda x: x.copy())
+
+        def dev_copy(n: int) -> float:
+            x = base[:n].block_until_ready() if n < base.shape[0] else base
+            t0 = time.perf_counter()
+            y = copy(x)
+            y.block_until_ready()
+            s = time.perf_counter() - t0
+            del y
+            return s
+
+        _sweep(rec, cfg, "device_copy", sz, dev_copy,
+               "jit(x.copy()) on device, compile in warm-up rows; n bytes read and n written")
+        del base
+
+    for probe, dtype in (("matmul_fp32", jnp.float32), ("matmul_bf16", jnp.bfloat16)):
+        if probe not in cfg.probes:
+            continue
+        key = jax.random.PRNGKey(cfg.seed)
+        mm = jax.jit(jnp.matmul)
+        mats: dict[int, tuple] = {}
+
+        def matmul(n: int, dtype=dtype, mm=mm, mats=mats) -> float:
+            if n not in mats:
+                mats.clear()
+                ka, kb = jax.random.split(key)
+                mats[n] = (jax.random.normal(ka, (n, n), dtype).block_until_ready(),
+                           jax.random.normal(kb, (n, n), dtype).block_until_ready())
+            a, b = mats[n]
+            t0 = time.perf_counter()
+            mm(a, b).block_until_ready()
+            return time.perf_counter() - t0
+
+        itemsize = jnp.dtype(dtype).itemsize
+        # The "size" of a matmul row is the operand bytes (3 n² items); the fit uses flops = 2n³.
+        sizes_n = list(cfg.matmul_sizes)
+        for i, n in enumerate(sizes_n):
+            worst = 0.0
+            for w in range(cfg.warmup):
+                rec.add(probe, "warmup", 3 * n * n * itemsize, matmul(n), w,
+                        "warm-up/compile: not fitted", flops=2.0 * n**3)
+            for r in range(cfg.repeats):
+                s = matmul(n)
+                worst = max(worst, s)
+                rec.add(probe, "measure", 3 * n * n * itemsize, s, r,
+                        f"jit(jnp.matmul) of two {n}x{n} {jnp.dtype(dtype).name} matrices; "
+                        "flops = 2 n^3", flops=2.0 * n**3)
+            if worst > cfg.max_seconds_per_size and i + 1 < len(sizes_n):
+                for m in sizes_n[i + 1:]:
+                    rec.not_measured(probe, f"skipped: n={n} took {worst:.3g} s > "
+                                            f"max_seconds_per_size={cfg.max_seconds_per_size}",
+                                     size=3 * m * m * itemsize)
+                break
+        mats.clear()
+
+
+def _extra_environment(tmp: Path) -> dict:
+    import jax
+    vm = psutil.virtual_memory()
+    dev_mem = float("nan")
+    try:
+        stats = jax.devices()[0].memory_stats()
+        if stats and "bytes_limit" in stats:
+            dev_mem = float(stats["bytes_limit"])
+    except Exception:  # CPU returns None; some runtimes raise
+        pass
+    return {
+        "ram_total_bytes": float(vm.total),
+        "ram_available_bytes": float(vm.available),
+        "disk_total_bytes": float(psutil.disk_usage(str(tmp)).total),
+        "device_memory_bytes": dev_mem,
+        "started_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+
+
+def run(cfg: ProbeConfig, log: Callable[[str], None] | None = None) -> pd.DataFrame:
+    """Runs the probes of ``cfg``; one row per measurement (and per probe not measured)."""
+    if not isinstance(cfg, ProbeConfig):
+        raise ConfigError(f"cfg is a {type(cfg).__name__}; pass a ProbeConfig (e.g. probes.quick())")
+    log = log or (lambda _msg: None)
+    tmp = Path(tempfile.mkdtemp(prefix="memsim-probe-", dir=cfg.tmp_dir or None))
+    try:
+        env = {**environment(), **_extra_environment(tmp)}
+        cap = int(cfg.memory_fraction * env["ram_available_bytes"] / 3)
+        sz = sizes(cfg, cap)
+        env["max_bytes_effective"] = float(sz[-1])
+        if sz[-1] < cfg.max_bytes:
+            log(f"largest size capped at {sz[-1]} bytes by free memory "
+                f"(memory_fraction={cfg.memory_fraction}, available={env['ram_available_bytes']:.3g})")
+        rec = _Recorder(cfg, env, log)
+        t0 = time.perf_counter()
+        _file_probes(rec, cfg, sz, tmp)
+        log(f"file probes done at {time.perf_counter() - t0:.1f} s")
+        if "ram_copy" in cfg.probes:
+            _ram_copy(rec, cfg, sz)
+        log(f"ram probes done at {time.perf_counter() - t0:.1f} s")
+        _device_probes(rec, cfg, sz)
+        log(f"device probes done at {time.perf_counter() - t0:.1f} s")
+        return pd.DataFrame(rec.rows)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ---- fitting ------------------------------------------------------------------------------------
+
+
+def _fit_one(x: np.ndarray, y: np.ndarray) -> dict:
+    """Robust α-β fit of y = α + x / B on relative residuals; α, B and their approximate errors."""
+    big = x >= np.quantile(x, 0.75)
+    g0 = float(np.median(y[big] / x[big]))              # seconds per unit at the large sizes
+    a0 = float(max(np.min(y), 1e-12))
+    def resid(p):  # noqa: E306
+        return (a0 * p[0] + g0 * p[1] * x) / y - 1.0
+    res = least_squares(resid, x0=[0.5, 1.0], bounds=([0.0, 1e-9], [np.inf, np.inf]),
+                        loss="huber", f_scale=0.05, x_scale=[1.0, 1.0])
+    alpha, gamma = a0 * res.x[0], g0 * res.x[1]
+    y_hat = alpha + gamma * x
+    ss_res = float(np.sum((y - y_hat) ** 2))
+    ss_tot = float(np.sum((y - y.mean()) ** 2))
+    r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else float("nan")
+    ly, lyh = np.log(y), np.log(y_hat)
+    ss_tot_l = float(np.sum((ly - ly.mean()) ** 2))
+    r2_log = 1.0 - float(np.sum((ly - lyh) ** 2)) / ss_tot_l if ss_tot_l > 0 else float("nan")
+    # Approximate standard errors: Gauss-Newton covariance with a robust (MAD) residual scale.
+    r = res.fun
+    scale = 1.4826 * float(np.median(np.abs(r - np.median(r))))
+    J = np.column_stack([1.0 / y, x / y])  # d(residual)/d(alpha), d(residual)/d(1/B)
+    try:
+        cov = np.linalg.inv(J.T @ J) * scale**2
+        se_a, se_g = float(np.sqrt(cov[0, 0])), float(np.sqrt(cov[1, 1]))
+    except np.linalg.LinAlgError:
+        se_a = se_g = float("nan")
+    return {"alpha_s": alpha, "alpha_stderr_s": se_a, "rate": 1.0 / gamma,
+            "rate_stderr": se_g / gamma**2, "r2": r2, "r2_log": r2_log,
+            "converged": bool(res.success)}
+
+
+ENV_COLUMNS = ("platform", "device_kind", "device_count", "cpu_count", "jax_version",
+               "jaxlib_version", "numpy_version", "python", "git_commit", "ram_total_bytes",
+               "ram_available_bytes", "disk_total_bytes", "device_memory_bytes",
+               "max_bytes_effective", "started_at")
+FIT_COLUMNS = ("probe", "src", "dst", "link", "x_unit", "status", "alpha_s", "alpha_stderr_s",
+               "beta_Bps", "beta_stderr_Bps", "flop_rate", "flop_rate_stderr", "r2", "r2_log",
+               "n_points", "n_sizes", "min_size_bytes", "max_size_bytes", "method", "note")
+
+
+def fit_links(raw: pd.DataFrame) -> pd.DataFrame:
+    """Fits t = alpha_s + n / beta_Bps per probe (beta_Bps is bandwidth, bytes/s, i.e. 1/β).
+
+    For matmul probes the x axis is flops and the rate goes to ``flop_rate`` (beta_Bps is NaN).
+    Uses the rows with phase "measure" and status "ok"; probes with fewer than 3 sizes get
+    status "not fitted", probes with no measured row keep status "not measured".
+    """
+    if not isinstance(raw, pd.DataFrame):
+        raise TypeError(f"raw is a {type(raw).__name__}; pass the DataFrame from probes.run()")
+    need = ["probe", "phase", "status", "size_bytes", "seconds", "flops"]
+    missing = [c for c in need if c not in raw.columns]
+    if missing:
+        raise ValueError(f"raw rows lack column(s) {missing}; columns present: {list(raw.columns)}. "
+                         "Pass the rows probes.run() returned (or rows.csv)")
+    unknown = sorted(set(raw["probe"]) - set(PROBE_LINKS))
+    if unknown:
+        raise ValueError(f"raw rows name unknown probe(s) {unknown}; known: {', '.join(PROBES)}")
+    ok = raw[(raw["phase"] == "measure") & (raw["status"] == "ok")]
+    bad = ok[ok["seconds"].isna() | ok["size_bytes"].isna()]
+    if len(bad):
+        r = bad.iloc[0]
+        raise ValueError(f"NaN in an 'ok' row: probe={r['probe']!r} size_bytes={r['size_bytes']!r} "
+                         f"seconds={r['seconds']!r}; drop the row or mark it status='not measured'")
+    nonpos = ok[ok["seconds"] <= 0]
+    if len(nonpos):
+        r = nonpos.iloc[0]
+        raise ValueError(f"seconds={r['seconds']!r} <= 0 for probe={r['probe']!r} "
+                         f"size_bytes={r['size_bytes']!r}: a timing must be positive")
+    env = {c: raw[c].iloc[0] for c in ENV_COLUMNS if c in raw.columns and len(raw)}
+    rows = []
+    for probe in [p for p in PROBES if p in set(raw["probe"])]:
+        src, dst, unit = PROBE_LINKS[probe]
+        base = {"probe": probe, "src": src, "dst": dst, "link": link_name(probe), "x_unit": unit,
+                "method": FIT_METHOD}
+        nan = float("nan")
+        empty = {"alpha_s": nan, "alpha_stderr_s": nan, "beta_Bps": nan, "beta_stderr_Bps": nan,
+                 "flop_rate": nan, "flop_rate_stderr": nan, "r2": nan, "r2_log": nan}
+        sel = ok[ok["probe"] == probe]
+        if sel.empty:
+            notes = raw.loc[(raw["probe"] == probe) & (raw["status"] != "ok"), "note"]
+            rows.append({**base, **empty, "status": "not measured", "n_points": 0, "n_sizes": 0,
+                         "min_size_bytes": nan, "max_size_bytes": nan,
+                         "note": str(notes.iloc[0]) if len(notes) else "no measured rows"})
+            continue
+        x = (sel["flops"] if unit == "flop" else sel["size_bytes"]).to_numpy(float)
+        y = sel["seconds"].to_numpy(float)
+        n_sizes = int(np.unique(x).size)
+        info = {"n_points": int(len(x)), "n_sizes": n_sizes,
+                "min_size_bytes": float(sel["size_bytes"].min()),
+                "max_size_bytes": float(sel["size_bytes"].max())}
+        if n_sizes < 3:
+            rows.append({**base, **empty, **info, "status": "not fitted",
+                         "note": f"{n_sizes} distinct size(s); the fit needs >= 3"})
+            continue
+        f = _fit_one(x, y)
+        out = {**base, **empty, **info, "status": "ok", "alpha_s": f["alpha_s"],
+               "alpha_stderr_s": f["alpha_stderr_s"], "r2": f["r2"], "r2_log": f["r2_log"],
+               "note": "" if f["converged"] else "optimizer did not report convergence"}
+        if unit == "flop":
+            out.update(flop_rate=f["rate"], flop_rate_stderr=f["rate_stderr"])
+        else:
+            out.update(beta_Bps=f["rate"], beta_stderr_Bps=f["rate_stderr"])
+        rows.append(out)
+    fits = pd.DataFrame(rows, columns=list(FIT_COLUMNS))
+    for c, v in env.items():
+        fits[c] = v
+    return fits
+
+
+def medians(raw: pd.DataFrame) -> pd.DataFrame:
+    """Per probe and size: median seconds over the measured repeats, and the rate at the median."""
+    ok = raw[(raw["phase"] == "measure") & (raw["status"] == "ok")]
+    g = ok.groupby(["probe", "size_bytes"], sort=False)
+    out = g.agg(seconds_median=("seconds", "median"), repeats=("seconds", "size"),
+                flops=("flops", "first")).reset_index()
+    out["bandwidth_Bps"] = out["size_bytes"] / out["seconds_median"]
+    out["flop_rate"] = out["flops"] / out["seconds_median"]
+    return out
+
+
+# ---- writing ------------------------------------------------------------------------------------
+
+
+def write(out_dir: str | os.PathLike, raw: pd.DataFrame, fits: pd.DataFrame,
+          cfg: ProbeConfig | None = None) -> Path:
+    """Writes rows.csv, fits.csv and config.json into ``out_dir``, all or nothing.
+
+    The files are written into a hidden sibling folder which is then renamed to ``out_dir``, so a
+    reader never sees a half-written run. ``out_dir`` must not exist yet (or be empty).
+    """
+    out = Path(out_dir)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise FileExistsError(f"out_dir={str(out)!r} already exists and is not empty; "
+                              "choose another --out (results are never overwritten)")
+    if cfg is None:
+        names = [f.name for f in dataclasses.fields(ProbeConfig)]
+        present = [n for n in names if n in raw.columns]
+        if len(present) != len(names) or raw.empty:
+            raise ValueError("cfg not given and the rows do not carry every ProbeConfig field; "
+                             "pass cfg=")
+        config = {n: raw[n].iloc[0] for n in names}
+        config = {k: (v.item() if hasattr(v, "item") else v) for k, v in config.items()}
+    else:
+        config = to_flat_dict(cfg)
+    env = {c: raw[c].iloc[0] for c in ENV_COLUMNS if c in raw.columns and len(raw)}
+    env = {k: (v.item() if hasattr(v, "item") else v) for k, v in env.items()}
+    payload = {"experiment": "probe", "config": config, "environment": env,
+               "fit_method": FIT_METHOD, "files": ["rows.csv", "fits.csv"]}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    try:
+        raw.to_csv(staging / "rows.csv", index=False)
+        fits.to_csv(staging / "fits.csv", index=False)
+        (staging / "config.json").write_text(json.dumps(payload, indent=2, default=str) + "\n")
+        if out.exists():
+            out.rmdir()  # empty, checked above
+        os.rename(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return out
+
+
+# ---- command line -------------------------------------------------------------------------------
+
+
+def format_fits(fits: pd.DataFrame) -> str:
+    lines = [f"{'probe':<15} {'link':<24} {'alpha_s':>10} {'beta_Bps':>10} {'flop/s':>10} "
+             f"{'r2':>7} {'r2_log':>7} {'n':>4}  status"]
+    for _, r in fits.iterrows():
+        def g(v):
+            return f"{v:10.3g}" if isinstance(v, (int, float)) and not math.isnan(v) else f"{'-':>10}"
+        r2 = f"{r['r2']:7.4f}" if not math.isnan(r["r2"]) else f"{'-':>7}"
+        r2l = f"{r['r2_log']:7.4f}" if not math.isnan(r["r2_log"]) else f"{'-':>7}"
+        lines.append(f"{r['probe']:<15} {r['link']:<24} {g(r['alpha_s'])} {g(r['beta_Bps'])} "
+                     f"{g(r['flop_rate'])} {r2} {r2l} {int(r['n_points']):>4}  {r['status']}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m experiments.probes", description=__doc__.split("\n\n")[0],
+        epilog="config keys (--key=value): " + ", ".join(
+            f"{n} ({t}, default {d!r})" for n, t, d in describe_fields(ProbeConfig())))
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="quick")
+    parser.add_argument("--out", default=None, help="output folder (default results/probe/<run_id>)")
+    args, rest = parser.parse_known_args(argv)
+    try:
+        cfg = apply_overrides(PRESETS[args.preset](), parse_overrides(rest))
+    except ConfigError as e:
+        parser.error(str(e))
+    from experiments.env import machine_label
+    run_id = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S") + f"-{machine_label()}-{args.preset}"
+    out = Path(args.out) if args.out else Path("results") / "probe" / run_id
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    t0 = time.perf_counter()
+    raw = run(cfg, log=log)
+    fits = fit_links(raw)
+    path = write(out, raw, fits, cfg)
+    wall = time.perf_counter() - t0
+    print(format_fits(fits))
+    print(f"\n{len(raw)} rows, {int((fits['status'] == 'ok').sum())} links fitted; "
+          f"wrote {path}; wall time {wall:.1f} s (preset {args.preset})")
+    return 0
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+if __name__ == "__main__":
+    # SIGTERM (e.g. a timeout) unwinds like Ctrl-C, so the temp folder is removed.
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    sys.exit(main())
