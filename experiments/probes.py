@@ -32,7 +32,7 @@ from typing import Callable, Literal
 import numpy as np
 import pandas as pd
 import psutil
-from scipy.optimize import least_squares
+from scipy.stats import theilslopes
 
 from experiments.configs import (ConfigError, apply_overrides, check, describe_fields,
                                  parse_overrides, to_flat_dict)
@@ -54,8 +54,9 @@ PROBE_LINKS: dict[str, tuple[str, str, str]] = {
     "matmul_bf16": ("device", "device", "flop"),
 }
 PROBES = tuple(PROBE_LINKS)
-FIT_METHOD = ("huber least squares on relative residuals (y_hat/y - 1), f_scale=0.05, "
-              "alpha,B >= 0; scipy.optimize.least_squares; all measured repeats")
+FIT_METHOD = ("Theil-Sen slope (scipy.stats.theilslopes) of seconds vs size over all measured "
+              "repeats gives 1/B; alpha = median(t - n/B) over the latency-dominated points "
+              "(n/B <= t/2), floored at 0; stderr and 95% CI by bootstrap (200 resamples, seed 0)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,8 +101,8 @@ def smoke() -> ProbeConfig:
 
 
 def quick() -> ProbeConfig:
-    """About a minute on a 2-core CPU: 4 KiB … 256 MiB by ×4, 3 repeats."""
-    return ProbeConfig(repeats=3, warmup=1)
+    """Under a minute on a 2-core CPU: 4 KiB … 256 MiB by ×4, 5 repeats."""
+    return ProbeConfig(repeats=5, warmup=1)
 
 
 def full() -> ProbeConfig:
@@ -521,35 +522,51 @@ def run(cfg: ProbeConfig, log: Callable[[str], None] | None = None) -> pd.DataFr
 # ---- fitting ------------------------------------------------------------------------------------
 
 
-def _fit_one(x: np.ndarray, y: np.ndarray) -> dict:
-    """Robust α-β fit of y = α + x / B on relative residuals; α, B and their approximate errors."""
-    big = x >= np.quantile(x, 0.75)
-    g0 = float(np.median(y[big] / x[big]))              # seconds per unit at the large sizes
-    a0 = float(max(np.min(y), 1e-12))
-    def resid(p):  # noqa: E306
-        return (a0 * p[0] + g0 * p[1] * x) / y - 1.0
-    res = least_squares(resid, x0=[0.5, 1.0], bounds=([0.0, 1e-9], [np.inf, np.inf]),
-                        loss="huber", f_scale=0.05, x_scale=[1.0, 1.0])
-    alpha, gamma = a0 * res.x[0], g0 * res.x[1]
-    y_hat = alpha + gamma * x
-    ss_res = float(np.sum((y - y_hat) ** 2))
+def _alpha_beta(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    # 1/B: Theil-Sen, the median of pairwise slopes (pairs of equal size are skipped). With a
+    # geometric size sweep most pairs include a large size, so 1/B follows the large transfers.
+    slope = float(theilslopes(y, x).slope)
+    # alpha: only identifiable where it is most of t, so take the median of t - n/B over the
+    # latency-dominated points (n/B <= t/2), or the smallest size if none is; never below 0.
+    small = slope * x <= 0.5 * y
+    if small.sum() < 2:
+        small = x == x.min()
+    alpha = max(0.0, float(np.median(y[small] - slope * x[small])))
+    return alpha, slope
+
+
+def _fit_one(x: np.ndarray, y: np.ndarray, n_boot: int = 200, seed: int = 0) -> dict:
+    """Robust fit of y = alpha + x / B; bootstrap standard errors and 95 % intervals."""
+    alpha, slope = _alpha_beta(x, y)
+    if not slope > 0:
+        return {"ok": False, "note": f"Theil-Sen slope {slope:.3g} s/unit is not positive: time does "
+                                     "not grow with size in these rows"}
+    y_hat = alpha + slope * x
     ss_tot = float(np.sum((y - y.mean()) ** 2))
-    r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else float("nan")
+    r2 = 1.0 - float(np.sum((y - y_hat) ** 2)) / ss_tot if ss_tot > 0 else float("nan")
     ly, lyh = np.log(y), np.log(y_hat)
     ss_tot_l = float(np.sum((ly - ly.mean()) ** 2))
     r2_log = 1.0 - float(np.sum((ly - lyh) ** 2)) / ss_tot_l if ss_tot_l > 0 else float("nan")
-    # Approximate standard errors: Gauss-Newton covariance with a robust (MAD) residual scale.
-    r = res.fun
-    scale = 1.4826 * float(np.median(np.abs(r - np.median(r))))
-    J = np.column_stack([1.0 / y, x / y])  # d(residual)/d(alpha), d(residual)/d(1/B)
-    try:
-        cov = np.linalg.inv(J.T @ J) * scale**2
-        se_a, se_g = float(np.sqrt(cov[0, 0])), float(np.sqrt(cov[1, 1]))
-    except np.linalg.LinAlgError:
-        se_a = se_g = float("nan")
-    return {"alpha_s": alpha, "alpha_stderr_s": se_a, "rate": 1.0 / gamma,
-            "rate_stderr": se_g / gamma**2, "r2": r2, "r2_log": r2_log,
-            "converged": bool(res.success)}
+    rng = np.random.default_rng(seed)
+    boots = []
+    for _ in range(n_boot):
+        i = rng.integers(0, len(x), len(x))
+        if np.unique(x[i]).size < 3:
+            continue
+        a, sl = _alpha_beta(x[i], y[i])
+        if sl > 0:
+            boots.append((a, 1.0 / sl))
+    nan = float("nan")
+    if len(boots) >= 20:
+        b = np.array(boots)
+        se_a, se_r = float(b[:, 0].std(ddof=1)), float(b[:, 1].std(ddof=1))
+        lo_a, hi_a = (float(v) for v in np.percentile(b[:, 0], [2.5, 97.5]))
+        lo_r, hi_r = (float(v) for v in np.percentile(b[:, 1], [2.5, 97.5]))
+    else:
+        se_a = se_r = lo_a = hi_a = lo_r = hi_r = nan
+    return {"ok": True, "alpha_s": alpha, "alpha_stderr_s": se_a, "alpha_ci_low_s": lo_a,
+            "alpha_ci_high_s": hi_a, "rate": 1.0 / slope, "rate_stderr": se_r, "rate_ci_low": lo_r,
+            "rate_ci_high": hi_r, "r2": r2, "r2_log": r2_log}
 
 
 ENV_COLUMNS = ("platform", "device_kind", "device_count", "cpu_count", "jax_version",
@@ -557,7 +574,9 @@ ENV_COLUMNS = ("platform", "device_kind", "device_count", "cpu_count", "jax_vers
                "ram_available_bytes", "disk_total_bytes", "device_memory_bytes",
                "max_bytes_effective", "started_at")
 FIT_COLUMNS = ("probe", "src", "dst", "link", "x_unit", "status", "alpha_s", "alpha_stderr_s",
-               "beta_Bps", "beta_stderr_Bps", "flop_rate", "flop_rate_stderr", "r2", "r2_log",
+               "alpha_ci_low_s", "alpha_ci_high_s", "beta_Bps", "beta_stderr_Bps", "beta_ci_low_Bps",
+               "beta_ci_high_Bps", "flop_rate", "flop_rate_stderr", "flop_rate_ci_low",
+               "flop_rate_ci_high", "r2", "r2_log",
                "n_points", "n_sizes", "min_size_bytes", "max_size_bytes", "method", "note")
 
 
@@ -596,8 +615,7 @@ def fit_links(raw: pd.DataFrame) -> pd.DataFrame:
         base = {"probe": probe, "src": src, "dst": dst, "link": link_name(probe), "x_unit": unit,
                 "method": FIT_METHOD}
         nan = float("nan")
-        empty = {"alpha_s": nan, "alpha_stderr_s": nan, "beta_Bps": nan, "beta_stderr_Bps": nan,
-                 "flop_rate": nan, "flop_rate_stderr": nan, "r2": nan, "r2_log": nan}
+        empty = {c: nan for c in FIT_COLUMNS[6:20]}
         sel = ok[ok["probe"] == probe]
         if sel.empty:
             notes = raw.loc[(raw["probe"] == probe) & (raw["status"] != "ok"), "note"]
@@ -616,13 +634,18 @@ def fit_links(raw: pd.DataFrame) -> pd.DataFrame:
                          "note": f"{n_sizes} distinct size(s); the fit needs >= 3"})
             continue
         f = _fit_one(x, y)
-        out = {**base, **empty, **info, "status": "ok", "alpha_s": f["alpha_s"],
-               "alpha_stderr_s": f["alpha_stderr_s"], "r2": f["r2"], "r2_log": f["r2_log"],
-               "note": "" if f["converged"] else "optimizer did not report convergence"}
+        if not f["ok"]:
+            rows.append({**base, **empty, **info, "status": "not fitted", "note": f["note"]})
+            continue
+        out = {**base, **empty, **info, "status": "ok", "note": ""}
+        for k in ("alpha_s", "alpha_stderr_s", "alpha_ci_low_s", "alpha_ci_high_s", "r2", "r2_log"):
+            out[k] = f[k]
         if unit == "flop":
-            out.update(flop_rate=f["rate"], flop_rate_stderr=f["rate_stderr"])
+            out.update(flop_rate=f["rate"], flop_rate_stderr=f["rate_stderr"],
+                       flop_rate_ci_low=f["rate_ci_low"], flop_rate_ci_high=f["rate_ci_high"])
         else:
-            out.update(beta_Bps=f["rate"], beta_stderr_Bps=f["rate_stderr"])
+            out.update(beta_Bps=f["rate"], beta_stderr_Bps=f["rate_stderr"],
+                       beta_ci_low_Bps=f["rate_ci_low"], beta_ci_high_Bps=f["rate_ci_high"])
         rows.append(out)
     fits = pd.DataFrame(rows, columns=list(FIT_COLUMNS))
     for c, v in env.items():
@@ -712,9 +735,23 @@ def main(argv: list[str] | None = None) -> int:
         cfg = apply_overrides(PRESETS[args.preset](), parse_overrides(rest))
     except ConfigError as e:
         parser.error(str(e))
-    from experiments.env import machine_label
-    run_id = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S") + f"-{machine_label()}-{args.preset}"
-    out = Path(args.out) if args.out else Path("results") / "probe" / run_id
+    return experiment_main(cfg, args.preset, out=args.out)
+
+
+def experiment_main(cfg: ProbeConfig, preset: str, run_id: str | None = None,
+                    results_root: str | None = None, out: str | None = None) -> int:
+    """Runs, fits, writes and prints; the signature ``python -m experiments`` runners take.
+
+    The folder is ``out`` if given, else ``<results_root or results>/probe/<run_id or new id>``.
+    """
+    from experiments import results
+
+    if out is None:
+        root = Path(results_root) if results_root else results.RESULTS_ROOT
+        out = root / "probe" / (run_id or results.new_run_id())
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):  # fail before measuring
+        raise FileExistsError(f"{out} already exists and is not empty; choose another --out/--run_id")
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
@@ -726,7 +763,7 @@ def main(argv: list[str] | None = None) -> int:
     wall = time.perf_counter() - t0
     print(format_fits(fits))
     print(f"\n{len(raw)} rows, {int((fits['status'] == 'ok').sum())} links fitted; "
-          f"wrote {path}; wall time {wall:.1f} s (preset {args.preset})")
+          f"wrote {path}; wall time {wall:.1f} s (preset {preset})")
     return 0
 
 
