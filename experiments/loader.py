@@ -160,10 +160,23 @@ def build_dataset(cfg: LoaderConfig, stage_timing: bool = True):
     it_ds = ge.WithOptionsIterDataset(it_ds, options)
     if cfg.num_workers > 0:
         it_ds = it_ds.mp_prefetch(grain.MultiprocessingOptions(
-            num_workers=cfg.num_workers, per_worker_buffer_size=cfg.per_worker_buffer_size))
+            num_workers=cfg.num_workers, per_worker_buffer_size=cfg.per_worker_buffer_size),
+            worker_init_fn=die_with_parent)
     if cfg.prefetch_buffer_size > 0:
         it_ds = ge.ThreadPrefetchIterDataset(it_ds, prefetch_buffer_size=cfg.prefetch_buffer_size)
     return it_ds
+
+
+def die_with_parent(*_args) -> None:
+    """Asks Linux to SIGKILL this process when its parent dies (a killed run leaves no orphans)."""
+    import ctypes
+    import signal
+    import sys
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+        except OSError:
+            pass
 
 
 class LoaderFailed(RuntimeError):

@@ -461,8 +461,8 @@ def _device_probes(rec: _Recorder, cfg: ProbeConfig, sz: list[int]) -> None:
                 s = matmul(n)
                 worst = max(worst, s)
                 rec.add(probe, "measure", 3 * n * n * itemsize, s, r,
-                        f"jit(jnp.matmul) of two {n}x{n} {jnp.dtype(dtype).name} matrices; "
-                        "flops = 2 n^3", flops=2.0 * n**3)
+                        f"jit(jnp.matmul) of two square {jnp.dtype(dtype).name} matrices, n = "
+                        f"{', '.join(map(str, sizes_n))}; flops = 2 n^3", flops=2.0 * n**3)
             if worst > cfg.max_seconds_per_size and i + 1 < len(sizes_n):
                 for m in sizes_n[i + 1:]:
                     rec.not_measured(probe, f"skipped: n={n} took {worst:.3g} s > "

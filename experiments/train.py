@@ -343,6 +343,8 @@ def run_detailed(cfg: TrainConfig) -> RunResult:
     finally:
         feed.close()
         sampler.stop()
+        import gc
+        gc.collect()  # Grain's shared-memory batches still buffered are unlinked when collected
 
     steps_df = pd.DataFrame(records)
     m = steps_df[~steps_df.warmup]
