@@ -56,7 +56,8 @@ PROBE_LINKS: dict[str, tuple[str, str, str]] = {
 PROBES = tuple(PROBE_LINKS)
 FIT_METHOD = ("Theil-Sen slope (scipy.stats.theilslopes) of seconds vs size over all measured "
               "repeats gives 1/B; alpha = median(t - n/B) over the latency-dominated points "
-              "(n/B <= t/2), floored at 0; stderr and 95% CI by bootstrap (200 resamples, seed 0)")
+              "(sizes with n/B <= 0.8 median t), floored at 0; stderr and 95% CI by bootstrap "
+              "(200 resamples, seed 0)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -526,11 +527,16 @@ def _alpha_beta(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     # 1/B: Theil-Sen, the median of pairwise slopes (pairs of equal size are skipped). With a
     # geometric size sweep most pairs include a large size, so 1/B follows the large transfers.
     slope = float(theilslopes(y, x).slope)
-    # alpha: only identifiable where it is most of t, so take the median of t - n/B over the
-    # latency-dominated points (n/B <= t/2), or the smallest size if none is; never below 0.
-    small = slope * x <= 0.5 * y
-    if small.sum() < 2:
-        small = x == x.min()
+    # alpha: only identifiable where it is a sizeable part of t, so take the median of t - n/B
+    # over the points of the sizes where n/B <= 0.8 × the size's median t (medians, so one
+    # outlier cannot promote its size), or of the two smallest sizes if fewer qualify; never < 0.
+    # When alpha is below n/B even at the smallest size it is not identifiable from the sweep.
+    sizes_ = np.unique(x)
+    med = np.array([np.median(y[x == v]) for v in sizes_])
+    lat_sizes = sizes_[slope * sizes_ <= 0.8 * med]
+    if lat_sizes.size < 2:
+        lat_sizes = sizes_[:2]
+    small = np.isin(x, lat_sizes)
     alpha = max(0.0, float(np.median(y[small] - slope * x[small])))
     return alpha, slope
 
@@ -601,13 +607,14 @@ def fit_links(raw: pd.DataFrame) -> pd.DataFrame:
     bad = ok[ok["seconds"].isna() | ok["size_bytes"].isna()]
     if len(bad):
         r = bad.iloc[0]
-        raise ValueError(f"NaN in an 'ok' row: probe={r['probe']!r} size_bytes={r['size_bytes']!r} "
-                         f"seconds={r['seconds']!r}; drop the row or mark it status='not measured'")
+        raise ValueError(f"NaN in an 'ok' row: probe={r['probe']!r} "
+                         f"size_bytes={float(r['size_bytes'])!r} seconds={float(r['seconds'])!r}; "
+                         "drop the row or mark it status='not measured'")
     nonpos = ok[ok["seconds"] <= 0]
     if len(nonpos):
         r = nonpos.iloc[0]
-        raise ValueError(f"seconds={r['seconds']!r} <= 0 for probe={r['probe']!r} "
-                         f"size_bytes={r['size_bytes']!r}: a timing must be positive")
+        raise ValueError(f"seconds={float(r['seconds'])!r} <= 0 for probe={r['probe']!r} "
+                         f"size_bytes={float(r['size_bytes'])!r}: a timing must be positive")
     env = {c: raw[c].iloc[0] for c in ENV_COLUMNS if c in raw.columns and len(raw)}
     rows = []
     for probe in [p for p in PROBES if p in set(raw["probe"])]:

@@ -388,8 +388,8 @@ class Hierarchy:
 
         Example:
             >>> h = workstation_2020()
-            >>> round(h.chain_bandwidth(["ram", "pinned_host"]) / 1e9, 1)
-            25.6
+            >>> round(h.chain_bandwidth(["ram", "pinned_host", "gpu"]) / 1e9, 2)
+            12.55
         """
         links = self.chain(path)
         if mode == "pipelined":
@@ -592,7 +592,8 @@ def workstation_2020() -> Hierarchy:
 
     - cpu_cache: 32 MB at 1 TB/s, 10 ns (an L3 of a desktop CPU; latency order from J. Dean's
       "Latency numbers every programmer should know": L2 7 ns, main memory 100 ns).
-    - ram: 32 GB at 50 GB/s (dual-channel DDR4-3200: 2 × 25.6 GB/s = 51.2 GB/s), 100 ns, ≈ $4/GB.
+    - ram: 32 GB at 50 GB/s (≈ dual-channel DDR4-3200: 2 × 25.6 GB/s = 51.2 GB/s peak), 100 ns,
+      ≈ $4/GB.
     - page_cache, pinned_host: carved out of ram (part_of="ram").
     - gpu: 24 GB at 1000 GB/s (RTX 3090 class: 936 GB/s GDDR6X, NVIDIA spec), 0.5 µs
       (global-memory latency of hundreds of cycles: Jia et al. 2018, "Dissecting the NVIDIA Volta
@@ -602,8 +603,8 @@ def workstation_2020() -> Hierarchy:
     - hdd: 4 TB at 100 MB/s, 10 ms (seek plus half a rotation at 7200 rpm; Dean: 10 ms), ≈ $0.025/GB.
 
     Links: each storage tier → page_cache at its own rate and latency; page_cache → ram,
-    page_cache → pinned_host and ram → ram as a memcpy at 25.6 GB/s (a copy reads and writes
-    every byte, so at most half the 51.2 GB/s peak) with 1 µs per call (a system call);
+    page_cache → pinned_host and ram → ram as a memcpy at 25 GB/s (a copy reads and writes
+    every byte, so at most half the 50 GB/s) with 1 µs per call (a system call);
     host → gpu over PCIe 4.0 x16 (31.5 GB/s theoretical): pinned at PINNED_PCIE_EFFICIENCY of it,
     pageable as the store-and-forward of the memcpy into the bounce buffer and the pinned DMA;
     gpu → ram like pinned; gpu → gpu at half the memory bandwidth (read + write). The PCIe
@@ -614,15 +615,15 @@ def workstation_2020() -> Hierarchy:
         >>> [t.name for t in h.physical_tiers()]
         ['cpu_cache', 'gpu', 'ram', 'ssd', 'hdd']
         >>> round(h.link("ram", "gpu").bandwidth_Bps / 1e9, 1), round(h.link("pinned_host", "gpu").bandwidth_Bps / 1e9, 1)
-        (12.7, 25.2)
+        (12.6, 25.2)
     """
-    ram_bw, memcpy = 51.2e9, 25.6e9
+    ram_bw, memcpy = 50e9, 25e9
     pcie = pcie_bandwidth_Bps(4)
     pinned = PINNED_PCIE_EFFICIENCY * pcie
     tiers = (
         Tier("cpu_cache", 32 * MB, 1 * TB, 10e-9, None, None, "desktop L3; Dean latency table"),
         Tier("gpu", 24 * GB, 1000 * GB, 0.5e-6, 1499 / 24, None, "RTX 3090 class spec; Jia et al. 2018"),
-        Tier("ram", 32 * GB, ram_bw, 100e-9, 4.0, None, "2 x DDR4-3200; Dean latency table"),
+        Tier("ram", 32 * GB, ram_bw, 100e-9, 4.0, None, "~2 x DDR4-3200; Dean latency table"),
         Tier("page_cache", 32 * GB, ram_bw, 100e-9, None, "ram", "part of RAM"),
         Tier("pinned_host", 32 * GB, ram_bw, 100e-9, None, "ram", "part of RAM"),
         Tier("ssd", 1 * TB, 3 * GB, 100e-6, 0.12, None, "PCIe 3.0 x4 NVMe spec sheets"),
