@@ -1,0 +1,75 @@
+"""The study (``make demo``): the quick sweep, then ``report.md`` with a section per stage.
+
+Sections are functions ``(StudyContext) -> markdown``, listed in ``SECTIONS``; later stages
+(hierarchy probes, simulation, predicted vs measured, scaling) plug in by adding one. A section
+that fails is reported in place with its error, and the rest of the report is still written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+from experiments import results, sweep
+from experiments.sweep import SweepConfig
+
+PRESETS = sweep.PRESETS
+
+
+@dataclasses.dataclass
+class StudyContext:
+    cfg: SweepConfig
+    preset: str
+    out_dir: Path
+    rows: pd.DataFrame
+    environment: dict
+    wall_s: float = 0.0
+    notes: list = dataclasses.field(default_factory=list)
+
+
+def _sections() -> list[tuple[str, Callable[[StudyContext], str]]]:
+    from analysis import report
+    return report.study_sections()
+
+
+def write_report(ctx: StudyContext) -> Path:
+    parts = [f"# memsim study — {ctx.out_dir.name}\n"]
+    for name, fn in _sections():
+        t0 = time.perf_counter()
+        try:
+            text = fn(ctx)
+        except Exception as e:  # noqa: BLE001 — one broken section must not lose the report
+            print(f"warning: report section {name!r} failed: {type(e).__name__}: {e}", file=sys.stderr)
+            text = (f"## {name}\n\nThis section failed: `{type(e).__name__}: {e}`\n\n<details><summary>traceback"
+                    f"</summary>\n\n```\n{traceback.format_exc()}```\n</details>\n")
+        ctx.notes.append((name, time.perf_counter() - t0))
+        if text:
+            parts.append(text.rstrip() + "\n")
+    path = ctx.out_dir / "report.md"
+    tmp = path.with_name("report.md.tmp")
+    tmp.write_text("\n".join(parts))
+    tmp.replace(path)
+    return path
+
+
+def main(cfg: SweepConfig, preset: str, run_id: str | None = None, results_root: str | None = None) -> int:
+    from experiments import env as env_lib
+    t0 = time.perf_counter()
+    out = results.run_dir("study", run_id, results_root, resume=run_id is not None)
+    print(f"study: {len(cfg.train_configs())} configurations → {out}", flush=True)
+    try:
+        rows = sweep.run(cfg, out, "study")
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: finished rows kept in {out / 'rows.csv'}; rerun with --run_id={out.name}",
+              file=sys.stderr)
+        return 130
+    ctx = StudyContext(cfg, preset, out, rows, env_lib.environment(), wall_s=time.perf_counter() - t0)
+    path = write_report(ctx)
+    print(f"report: {path}  ({time.perf_counter() - t0:.0f} s)")
+    return 0
