@@ -55,8 +55,8 @@ PROBE_LINKS: dict[str, tuple[str, str, str]] = {
 }
 PROBES = tuple(PROBE_LINKS)
 FIT_METHOD = ("Theil-Sen slope (scipy.stats.theilslopes) of seconds vs size over all measured "
-              "repeats gives 1/B; alpha = median(t - n/B) over the latency-dominated points "
-              "(sizes with n/B <= 0.8 median t), floored at 0; stderr and 95% CI by bootstrap "
+              "repeats gives 1/B; alpha = median(t - n/B) over the smallest sizes up to the first "
+              "with n/B > 0.8 median t, floored at 0; stderr and 95% CI by bootstrap "
               "(200 resamples, seed 0)")
 
 
@@ -528,15 +528,15 @@ def _alpha_beta(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     # geometric size sweep most pairs include a large size, so 1/B follows the large transfers.
     slope = float(theilslopes(y, x).slope)
     # alpha: only identifiable where it is a sizeable part of t, so take the median of t - n/B
-    # over the points of the sizes where n/B <= 0.8 × the size's median t (medians, so one
-    # outlier cannot promote its size), or of the two smallest sizes if fewer qualify; never < 0.
+    # over the points of the smallest sizes, up to the first size where n/B > 0.8 × its median t
+    # (medians, so one outlier cannot promote a size; a prefix, so a large size that runs below
+    # B cannot pass for a latency-dominated one); at least the smallest size; never < 0.
     # When alpha is below n/B even at the smallest size it is not identifiable from the sweep.
     sizes_ = np.unique(x)
     med = np.array([np.median(y[x == v]) for v in sizes_])
-    lat_sizes = sizes_[slope * sizes_ <= 0.8 * med]
-    if lat_sizes.size < 2:
-        lat_sizes = sizes_[:2]
-    small = np.isin(x, lat_sizes)
+    ok = slope * sizes_ <= 0.8 * med
+    k = max(1, int(np.argmin(ok)) if not ok.all() else ok.size)
+    small = np.isin(x, sizes_[:k])
     alpha = max(0.0, float(np.median(y[small] - slope * x[small])))
     return alpha, slope
 
