@@ -177,12 +177,13 @@ class _Recorder:
 
     def add(self, probe: str, phase: str, size: float, seconds: float, repeat: int,
             note: str = "", flops: float = float("nan"), status: str = "ok") -> None:
-        src, dst, _ = PROBE_LINKS[probe]
+        src, dst, unit = PROBE_LINKS[probe]
+        measured = status == "ok" and seconds > 0
         row = {
             "probe": probe, "src": src, "dst": dst, "link": link_name(probe), "phase": phase,
             "size_bytes": size, "flops": flops, "repeat": repeat, "seconds": seconds,
-            "bandwidth_Bps": size / seconds if status == "ok" and seconds > 0 else float("nan"),
-            "flop_rate": flops / seconds if status == "ok" and seconds > 0 else float("nan"),
+            "bandwidth_Bps": size / seconds if measured and unit == "bytes" else float("nan"),
+            "flop_rate": flops / seconds if measured and unit == "flop" else float("nan"),
             "status": status, "note": note,
         }
         row.update(self.common)

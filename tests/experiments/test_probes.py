@@ -28,9 +28,13 @@ def test_smoke_rows_are_tidy_and_cover_every_probe(smoke_run):
     assert set(raw["status"]) <= {"ok", "not measured"}
     ok = raw[(raw["status"] == "ok") & (raw["phase"] == "measure")]
     assert (ok["seconds"] > 0).all()
-    np.testing.assert_allclose(ok["bandwidth_Bps"], ok["size_bytes"] / ok["seconds"])
     mm = ok[ok["probe"].str.startswith("matmul")]
-    np.testing.assert_allclose(mm["flops"], 2.0 * np.round(np.cbrt(mm["flops"] / 2)) ** 3)
+    tr = ok[~ok["probe"].str.startswith("matmul")]
+    np.testing.assert_allclose(tr["bandwidth_Bps"], tr["size_bytes"] / tr["seconds"])
+    assert tr["flop_rate"].isna().all() and mm["bandwidth_Bps"].isna().all()
+    n = np.round(np.cbrt(mm["flops"] / 2))
+    assert set(n) == set(cfg.matmul_sizes)
+    np.testing.assert_allclose(mm["flop_rate"], 2 * n**3 / mm["seconds"])
     # every size of every transfer probe is measured `repeats` times
     per = ok[~ok["probe"].str.startswith("matmul")].groupby(["probe", "size_bytes"]).size()
     assert (per == cfg.repeats).all()
@@ -38,6 +42,17 @@ def test_smoke_rows_are_tidy_and_cover_every_probe(smoke_run):
     assert sizes[0] == 4096 and sizes[-1] == cfg.max_bytes
     assert (raw.loc[raw["phase"] == "warmup", "status"] == "ok").all()
     assert not any(p.name.startswith("memsim-probe-") for p in tmp.iterdir()), "temp dir left behind"
+
+
+def test_medians_are_per_probe_and_size(smoke_run):
+    cfg, raw, _ = smoke_run
+    med = probes.medians(raw)
+    ram = med[med["probe"] == "ram_copy"].set_index("size_bytes")
+    ok = raw[(raw["probe"] == "ram_copy") & (raw["phase"] == "measure")]
+    for size, g in ok.groupby("size_bytes"):
+        assert ram.loc[size, "seconds_median"] == pytest.approx(g["seconds"].median())
+        assert ram.loc[size, "repeats"] == cfg.repeats
+    assert "h2d_pinned" not in set(med["probe"]) or raw["platform"].iloc[0] != "cpu"
 
 
 def test_pinned_host_is_not_measured_on_cpu_with_a_reason(smoke_run):
