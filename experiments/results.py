@@ -61,9 +61,9 @@ def run_dir(experiment: str, run_id: str | None = None, root: Path | str | None 
     return d
 
 
-def write_json_atomic(path: Path, obj) -> None:
+def write_json_atomic(path: Path, obj, sort_keys: bool = True) -> None:
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=1, sort_keys=True, default=str))
+    tmp.write_text(json.dumps(obj, indent=1, sort_keys=sort_keys, default=str))
     os.replace(tmp, path)
 
 
@@ -83,10 +83,17 @@ class RowWriter:
     def __init__(self, directory: Path, name: str = "rows"):
         self.path = Path(directory) / f"{name}.csv"
         self.schema_path = Path(directory) / f"{name}.columns.json"
+        # column order is the CSV's: the schema file keeps it (unsorted)
         self.columns: dict[str, str] = json.loads(self.schema_path.read_text()) if self.schema_path.exists() else {}
         if self.path.exists() and not self.columns:
             raise ResultsError(f"{self.path} exists without {self.schema_path.name}; it was not written by memsim")
         self._drop_partial_tail()
+        if self.path.exists() and self.path.stat().st_size:
+            with open(self.path, newline="") as f:
+                header = next(csv.reader(f), [])
+            if set(header) != set(self.columns):
+                raise ResultsError(f"{self.path}: header and {self.schema_path.name} disagree; the file was edited")
+            self.columns = {k: self.columns[k] for k in header}
 
     def _drop_partial_tail(self) -> None:
         # A kill during a write can leave a last line without its newline: cut it off.
@@ -98,6 +105,11 @@ class RowWriter:
                 f.truncate(data.rfind(b"\n") + 1)
 
     def append(self, row: dict) -> None:
+        widen = [k for k, v in row.items() if self.columns.get(k) == "int64" and _dtype_name(v) == "float64"]
+        for k in widen:
+            self.columns[k] = "float64"
+        if widen:
+            write_json_atomic(self.schema_path, self.columns, sort_keys=False)
         new = [k for k in row if k not in self.columns]
         if new:
             for k in new:
@@ -107,7 +119,7 @@ class RowWriter:
                 tmp = self.path.with_name(self.path.name + f".tmp{os.getpid()}")
                 old.reindex(columns=list(self.columns)).to_csv(tmp, index=False)
                 os.replace(tmp, self.path)
-            write_json_atomic(self.schema_path, self.columns)
+            write_json_atomic(self.schema_path, self.columns, sort_keys=False)
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
         if not self.path.exists() or self.path.stat().st_size == 0:
@@ -146,7 +158,11 @@ def read_csv_rows(path: Path) -> pd.DataFrame:
             if dt == "bool":
                 df[col] = df[col].map({True: True, False: False, "True": True, "False": False}).astype("boolean")
             elif dt == "int64":
-                df[col] = pd.to_numeric(df[col], errors="coerce").astype("Int64")
+                num = pd.to_numeric(df[col], errors="coerce")
+                try:
+                    df[col] = num.astype("Int64")
+                except TypeError:  # a later row held a fraction: the column is really float
+                    df[col] = num.astype("float64")
             elif dt == "float64":
                 df[col] = pd.to_numeric(df[col], errors="coerce").astype("float64")
             else:

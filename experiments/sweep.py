@@ -53,6 +53,7 @@ class SweepConfig:
     warmup_steps: int = 3
     resident_steps: int = 15
     seed: int = 0
+    grain_stats: bool = True
     cache_dir: str = TrainConfig.cache_dir
     # how the sweep runs
     config_timeout_s: float = 600.0
@@ -67,7 +68,7 @@ class SweepConfig:
     def train_configs(self) -> list[TrainConfig]:
         base = TrainConfig(width=self.width, depth=self.depth, num_samples=self.num_samples, steps=self.steps,
                            warmup_steps=self.warmup_steps, resident_steps=self.resident_steps, seed=self.seed,
-                           cache_dir=self.cache_dir)
+                           grain_stats=self.grain_stats, cache_dir=self.cache_dir)
         out = []
         for combo in itertools.product(*(getattr(self, k) for k in GRID_KEYS)):
             kw = dict(zip(GRID_KEYS, combo))
@@ -173,8 +174,12 @@ def _append_frame(out_dir: Path, name: str, df: pd.DataFrame, cid: str) -> None:
         w.append(rec)
 
 
-def run(cfg: SweepConfig, out_dir: Path, experiment: str = "sweep", progress: bool = True) -> pd.DataFrame:
-    """Runs every configuration of the grid not yet in ``out_dir/rows.csv``; returns all rows."""
+def run(cfg: SweepConfig, out_dir: Path, experiment: str = "sweep", progress: bool = True,
+        on_config_done=None) -> pd.DataFrame:
+    """Runs every configuration of the grid not yet in ``out_dir/rows.csv``; returns all rows.
+
+    ``on_config_done(row)``, if given, is called after each configuration's row is written.
+    """
     from tqdm import tqdm
 
     todo = cfg.train_configs()
@@ -208,6 +213,8 @@ def run(cfg: SweepConfig, out_dir: Path, experiment: str = "sweep", progress: bo
             _append_frame(out_dir, "grain_stats", out.get("grain_stats"), cid)
             done.add(cid)
             bar.update(1)
+            if on_config_done is not None:
+                on_config_done(row)
     finally:
         bar.close()
     return results.read_csv_rows(out_dir / "rows.csv")

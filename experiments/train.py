@@ -63,6 +63,7 @@ class TrainConfig:
     resident_steps: int = 20
     seed: int = 0
     data_timeout_s: float = 120.0
+    grain_stats: bool = True
     cache_dir: str = str(data_lib.DEFAULT_CACHE)
 
     def __post_init__(self):
@@ -294,7 +295,7 @@ def run_detailed(cfg: TrainConfig) -> RunResult:
 
     shm_before = shm_segments()
     sampler = HostSampler().start()
-    host_ds = build_dataset(cfg.loader_config())
+    host_ds = build_dataset(cfg.loader_config(), stage_timing=cfg.grain_stats)
     feed = make_feed(cfg.feed, host_ds, sharding, cpu_buffer_size=cfg.cpu_buffer_size,
                      device_buffer_size=cfg.device_buffer_size, timeout_s=cfg.data_timeout_s)
     records = []
@@ -327,7 +328,8 @@ def run_detailed(cfg: TrainConfig) -> RunResult:
             records.append({"step": i, "warmup": i < cfg.warmup_steps, "data_wait_s": t1 - t0,
                             "step_time_s": t2 - t0, "compute_s": t2 - t1, "loss": loss_v, **times})
         cpu_util = sampler.cpu_util()
-        grain_stats = grain_stats_frame(getattr(feed, "_it", None))
+        if cfg.grain_stats:  # with worker processes this waits up to 2 s per worker for their summaries
+            grain_stats = grain_stats_frame(getattr(feed, "_it", None))
 
         # device-resident bound: the same step on a batch already on the device
         resident = put(jax.device_get(batch), sharding) if cfg.feed != "none" else batch
