@@ -58,7 +58,7 @@ def environment_section(ctx) -> str:
             "flax_version", "optax_version", "grain_version", "numpy_version", "pandas_version", "git_commit"]
     df = pd.DataFrame({"field": keys, "value": [e.get(k, "") for k in keys]})
     return (f"## Machine and environment\n\nPreset `{ctx.preset}`; {len(ctx.rows)} configurations; "
-            f"sweep wall time {ctx.wall_s:.0f} s.\n\n{md_table(df)}\n")
+            f"measured sweep wall time {ctx.wall_s:.0f} s.\n\n{md_table(df)}\n")
 
 
 def measured_section(ctx) -> str:

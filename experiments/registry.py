@@ -95,11 +95,23 @@ def _study_main(cfg, preset, run_id=None, results_root=None):
     return study.main(cfg, preset, run_id=run_id, results_root=results_root)
 
 
+def _probe_presets():
+    from experiments import probes
+    return probes.PRESETS
+
+
+def _probe_main(cfg, preset, run_id=None, results_root=None):
+    from experiments import probes
+    return probes.experiment_main(cfg, preset, run_id=run_id, results_root=results_root)
+
+
 EXPERIMENTS: dict[str, Experiment] = {
     "train": Experiment("one measured training run: loader → device feed → jitted step",
                         _Lazy(_train_presets), "quick", _train_main),
     "sweep": Experiment("a grid of training runs, resumable, one row per configuration",
                         _Lazy(_sweep_presets), "quick", _sweep_main),
+    "probe": Experiment("measure this machine's tiers and links (reads, copies, transfers, matmul) and fit α, β",
+                        _Lazy(_probe_presets), "quick", _probe_main),
     "study": Experiment("the main job: the quick sweep plus a readable report with figures",
                         _Lazy(_study_presets), "quick", _study_main),
 }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from typing import Literal
 import time
 import traceback
 from pathlib import Path
@@ -19,7 +20,19 @@ import pandas as pd
 from experiments import results, sweep
 from experiments.sweep import SweepConfig
 
-PRESETS = sweep.PRESETS
+@dataclasses.dataclass(frozen=True)
+class StudyConfig(SweepConfig):
+    # hierarchy probes run after the sweep ('none' skips them)
+    probe_preset: Literal["none", "smoke", "quick", "full"] = "quick"
+
+
+def _study(sweep_cfg: SweepConfig, **kw) -> StudyConfig:
+    return StudyConfig(**{**dataclasses.asdict(sweep_cfg), **kw})
+
+
+PRESETS = {"smoke": lambda: _study(sweep.smoke(), probe_preset="smoke"),
+           "quick": lambda: _study(sweep.quick(), probe_preset="quick"),
+           "full": lambda: _study(sweep.full(), probe_preset="full")}
 
 
 @dataclasses.dataclass
@@ -30,6 +43,8 @@ class StudyContext:
     rows: pd.DataFrame
     environment: dict
     wall_s: float = 0.0
+    probe_raw: pd.DataFrame | None = None
+    probe_fits: pd.DataFrame | None = None
     notes: list = dataclasses.field(default_factory=list)
 
 
@@ -58,7 +73,19 @@ def write_report(ctx: StudyContext) -> Path:
     return path
 
 
-def main(cfg: SweepConfig, preset: str, run_id: str | None = None, results_root: str | None = None) -> int:
+def run_probes(cfg: StudyConfig, out: Path):
+    """The hierarchy probes of the study, written to ``out/probe``; (raw, fits) or (None, None)."""
+    if cfg.probe_preset == "none":
+        return None, None
+    from experiments import probes
+    print(f"probes (preset {cfg.probe_preset}) …", flush=True)
+    raw = probes.run(probes.PRESETS[cfg.probe_preset]())
+    fits = probes.fit_links(raw)
+    probes.write(out / "probe", raw, fits)
+    return raw, fits
+
+
+def main(cfg: StudyConfig, preset: str, run_id: str | None = None, results_root: str | None = None) -> int:
     from experiments import env as env_lib
     t0 = time.perf_counter()
     out = results.run_dir("study", run_id, results_root, resume=run_id is not None)
@@ -69,7 +96,10 @@ def main(cfg: SweepConfig, preset: str, run_id: str | None = None, results_root:
         print(f"\ninterrupted: finished rows kept in {out / 'rows.csv'}; rerun with --run_id={out.name}",
               file=sys.stderr)
         return 130
-    ctx = StudyContext(cfg, preset, out, rows, env_lib.environment(), wall_s=time.perf_counter() - t0)
+    sweep_s = time.perf_counter() - t0
+    probe_raw, probe_fits = run_probes(cfg, out)
+    ctx = StudyContext(cfg, preset, out, rows, env_lib.environment(), wall_s=sweep_s, probe_raw=probe_raw,
+                       probe_fits=probe_fits)
     path = write_report(ctx)
     print(f"report: {path}  ({time.perf_counter() - t0:.0f} s)")
     return 0

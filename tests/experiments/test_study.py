@@ -1,0 +1,25 @@
+import subprocess
+import sys
+
+from experiments.results import load
+
+from tests.experiments.test_sweep import REPO
+
+
+def test_study_writes_report_with_table_and_figures(tmp_path, data_cache):
+    p = subprocess.run([sys.executable, "-m", "experiments", "study", "--preset", "smoke", f"--results_root={tmp_path}",
+                        f"--cache_dir={data_cache}", "--run_id=s"], cwd=REPO, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    d = tmp_path / "study" / "s"
+    report = (d / "report.md").read_text()
+    for heading in ("## Machine and environment", "## Measured sweep", "### Best configuration",
+                    "### Which knob moved throughput most", "## Hierarchy"):
+        assert heading in report
+    assert "This section failed" not in report
+    rows = load(d)
+    best = rows.loc[rows.samples_per_s.idxmax()]
+    assert f"**{best.samples_per_s:.0f} samples/s**" in report
+    for png in ("samples_vs_num_workers.png", "samples_vs_prefetch.png", "hierarchy_pyramid.png"):
+        assert (d / png).stat().st_size > 5000 and f"]({png})" in report
+    assert (d / "config.json").exists() and (d / "probe" / "fits.csv").exists()
