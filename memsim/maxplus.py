@@ -1,6 +1,7 @@
 """Max-plus recurrences of the staged input pipeline, jit-compiled and vmapped over configurations.
 
-Items are loader batches (micro-batches when ``grad_accum_steps > 1``), numbered j = 0, 1, ...
+Items are loader batches, one per optimizer step (as in the measured path, where the step splits
+the batch into ``grad_accum_steps`` micro-batches), numbered j = 0, 1, ...
 For item j the simulator computes, in order (all times in seconds, 0 = start, ``max`` over
 constraints, ``x[j - L]`` = 0 for ``j < L``):
 
@@ -26,7 +27,8 @@ transfer     ``ts, tc``    ``ts[j] = max(taken[j], tfree[j])``, ``tc[j] = ts[j] 
 on device    ``td[j]``     ``max(tc[j], cs[j - B_D])`` (device buffer of ``B_D`` batches); with
                            ``B_D = 0``: ``max(tc[j], cd[j-1])``.
 compute      ``cs, cd``    ``cs[j] = max(td[j], cd[j-1])`` (for many hosts: the max of ``td`` over
-                           hosts), ``cd[j] = cs[j] + C[j]``.
+                           hosts), ``cd[j] = cs[j] + C[j]`` (C: a whole optimizer step, all its
+                           micro-batches and the update).
 ========================  =======================================================================
 
 Every buffer blocks its producer when full (blocking after service), and every lag is a ring of
@@ -98,10 +100,9 @@ class Lanes:
     pX: jax.Array
     mT: jax.Array       # mean host->device transfer time per batch
     pT: jax.Array
-    mC: jax.Array       # mean compute time per micro-batch
+    mC: jax.Array       # mean compute time per step (all micro-batches)
     pC: jax.Array
-    accum: jax.Array    # int32 grad_accum_steps
-    upd: jax.Array      # optimizer update seconds, added to every accum-th micro-batch
+    upd: jax.Array      # optimizer update seconds per step (deterministic)
 
 
 @jax.tree_util.register_dataclass
@@ -140,8 +141,7 @@ def _draws(lanes: Lanes, js, tables, *, samplers, seed_key, dtype, has_update, c
         out.append(mean[None] * dists.draw(s, lanes.stream[None], keys, param[None], tables[stage], dtype))
     r, x, t, c = out
     if has_update:
-        c = c + jnp.where(jnp.remainder(js[:, None, None] + 1, lanes.accum[None]) == 0,
-                          lanes.upd[None], 0.0).astype(dtype)
+        c = c + lanes.upd[None]
     if coupled:  # one synchronous step for all hosts: the compute time of each tile's lane 0
         c = jnp.broadcast_to(c[..., :1], c.shape[:-1] + (lanes.stream.shape[-1],))
     return r, x, t, c
@@ -215,12 +215,12 @@ _BOOL_TILE = ("no_workers", "merged", "host0", "dev0", "feed_none")
 
 @functools.partial(jax.jit, static_argnames=("samplers", "n_chunks", "chunk", "rings", "coupled",
                                              "trace", "seed_key", "dtype", "has_update"))
-def _run(lane_f, stream, accum, tile_i, tile_b, tables, *, samplers, n_chunks, chunk, rings, coupled,
+def _run(lane_f, stream, tile_i, tile_b, tables, *, samplers, n_chunks, chunk, rings, coupled,
          trace, seed_key, dtype, has_update=True):
     # rings: ((size, per_lane), ...) for the four rings
     """All tiles: ``jax.vmap`` of :func:`_step` over tiles inside ``lax.scan`` over items.
 
-    Inputs are packed (float lane fields (F, G, M), streams and accumulation steps (G, M), lags
+    Inputs are packed (float lane fields (F, G, M), streams (G, M), lags
     (4, G, M) and switches (5, G, M)) so that a block travels in few transfers. Service
     times are drawn per chunk of items in bulk; the serial scan then reads one row per item. The
     rings of past times stay outside the vmap, shaped (tiles, ring size, lanes), so writing item
@@ -229,7 +229,7 @@ def _run(lane_f, stream, accum, tile_i, tile_b, tables, *, samplers, n_chunks, c
     The first item never waits (every lagged time is 0), so the first compute start is
     ``latency + R + X + T`` of item 0 (the max over hosts when coupled).
     """
-    lanes = Lanes(stream=stream, accum=accum, **dict(zip(_FLOAT_LANES, lane_f)))
+    lanes = Lanes(stream=stream, **dict(zip(_FLOAT_LANES, lane_f)))
     tile = Tile(**dict(zip(_INT_TILE, tile_i)), **dict(zip(_BOOL_TILE, tile_b)))
     g, m = lanes.stream.shape
     acc_names = kernel_acc_names(samplers)
@@ -344,7 +344,6 @@ def run_tiles(lanes: dict, tile: dict, tables: tuple, *, samplers: tuple, n_chun
     fnp = np.float64 if x64 else np.float32
     lane_f = np.stack([np.asarray(lanes[k], fnp) for k in _FLOAT_LANES])
     stream = np.asarray(lanes["stream"], np.uint32)
-    accum = np.asarray(lanes["accum"], np.int32)
     tile_i = np.stack([np.asarray(tile[k], np.int32) for k in _INT_TILE])
     tile_b = np.stack([np.asarray(tile[k], bool) for k in _BOOL_TILE])
     with jax.enable_x64(x64):
@@ -352,7 +351,7 @@ def run_tiles(lanes: dict, tile: dict, tables: tuple, *, samplers: tuple, n_chun
         for bi in range(n_blocks):
             sl = slice(bi * per_block, (bi + 1) * per_block)
             dev = devices[bi % len(devices)]
-            args = jax.device_put((lane_f[:, sl], stream[sl], accum[sl], tile_i[:, sl],
+            args = jax.device_put((lane_f[:, sl], stream[sl], tile_i[:, sl],
                                    tile_b[:, sl], tuple(np.asarray(t, fnp) for t in tables)), dev)
             outs.append(_run(*args, samplers=tuple(samplers), n_chunks=int(n_chunks),
                              chunk=int(chunk), rings=rings, coupled=bool(coupled), trace=bool(trace),

@@ -21,14 +21,15 @@ Stages, in order, as in the measured path (Grain loader → host prefetch → de
    step loop (in series with compute) and there is no device buffer.
 6. **device buffer** — ``device_buffer_size`` batches already on the device
    (``feed='double_buffer'`` or ``'grain_device_put'``; ignored for ``'none'``).
-7. **compute** — ``compute_s`` seconds per micro-batch (divided by ``bf16_speedup`` when
-   ``precision='bf16'``); an optimizer step takes ``grad_accum_steps`` loader batches and adds
-   ``update_s``.
+7. **compute** — one optimizer step per loader batch, as in the measured path: the step splits the
+   batch into ``grad_accum_steps`` micro-batches of ``batch_size / grad_accum_steps`` samples,
+   each taking ``compute_s`` seconds (divided by ``bf16_speedup`` when ``precision='bf16'``),
+   then applies the update (``update_s``).
 
 Every buffer is finite and blocks its producer when full. Service times have a unit-mean shape
 (:class:`memsim.distributions.Dist`) per stage: ``read_dist`` (per record, applied to the link
-time), ``transform_dist`` (per sample), ``transfer_dist`` (per batch), ``compute_dist`` (per
-micro-batch). The recurrences are in :mod:`memsim.maxplus`.
+time), ``transform_dist`` (per sample, summed over the batch), ``transfer_dist`` (per batch),
+``compute_dist`` (per micro-batch, summed over the step's micro-batches). The recurrences are in :mod:`memsim.maxplus`.
 
 ``sweep`` returns one row per configuration with the same knob names as the measured rows, so
 the two join on them.
@@ -126,7 +127,7 @@ class PipelineConfig:
     transfer_latency_s: float = 5e-5
     transfer_dist: Any = "deterministic"
     # compute (per micro-batch)
-    compute_s: float = 0.01
+    compute_s: float = 0.01        # per micro-batch
     compute_dist: Any = "lognormal:0.05"
     bf16_speedup: float = 1.0
     update_s: float = 0.0
@@ -140,6 +141,9 @@ class PipelineConfig:
             _check_scalar(name, getattr(self, name))
         for name, choices in _CHOICES.items():
             _check_scalar(name, getattr(self, name))
+        if self.batch_size % self.grad_accum_steps:
+            raise ConfigError(f"grad_accum_steps={self.grad_accum_steps!r}: must divide batch_size "
+                              f"({self.batch_size}); the step splits the batch into that many micro-batches")
 
     def with_links(self, read=None, cache=None, transfer=None) -> "PipelineConfig":
         """A copy with stage links taken from objects with ``bandwidth_Bps`` and ``latency_s``.
@@ -294,6 +298,12 @@ def _grid_frame(grid, base: PipelineConfig) -> pd.DataFrame:
         parsed[:] = [as_dist(name, v) for v in uniques]
         frame[name] = parsed[codes]
     _check_columns(frame[[c for c in FIELDS if c not in DIST_FIELDS]])
+    bs = frame["batch_size"].to_numpy(np.int64)
+    ga = frame["grad_accum_steps"].to_numpy(np.int64)
+    if np.any(bs % ga):
+        i = int(np.argmax(bs % ga != 0))
+        raise ConfigError(f"grad_accum_steps={ga[i]} (grid row {i}): must divide batch_size ({bs[i]}); "
+                          f"the step splits the batch into that many micro-batches")
     return frame.reset_index(drop=True)
 
 
@@ -321,7 +331,8 @@ def _derived(frame: pd.DataFrame) -> dict:
         "mR": b * f("record_bytes") * (h / f("cache_bandwidth_Bps") + (1 - h) / f("read_bandwidth_Bps")),
         "mX": b * f("transform_s"),
         "mT": f("transfer_latency_s") + b * f("device_sample_bytes") / f("transfer_bandwidth_Bps"),
-        "mC": f("compute_s") / np.where(np.asarray(g["precision"]) == "bf16", f("bf16_speedup"), 1.0),
+        "mC": f("grad_accum_steps") * f("compute_s")
+              / np.where(np.asarray(g["precision"]) == "bf16", f("bf16_speedup"), 1.0),
         "upd": f("update_s"),
     }
     d["merged"] = d["no_workers"] & (d["host_buffer"] == 0)
@@ -338,7 +349,7 @@ def servers(d: dict) -> tuple[np.ndarray, np.ndarray]:
     """
     n = len(d["b"])
     worker = d["lat"] + d["mR"] + d["mX"]
-    comp = d["mC"] + d["upd"] / d["accum"]
+    comp = d["mC"] + d["upd"]
     merged, none = d["merged"], d["feed_none"]
     load_w = np.where(merged, 0.0, worker / d["k"])
     load_t = np.where(none, 0.0, d["mT"] + np.where(merged, worker, 0.0))
@@ -381,12 +392,12 @@ def _bounds(frame: pd.DataFrame, d: dict) -> pd.DataFrame:
     peak = loads[worst, cols]
     with np.errstate(divide="ignore"):
         items_bound = np.where(peak > 0, 1.0 / np.where(peak > 0, peak, 1.0), np.inf)
-        serial = d["lat"] + d["mR"] + d["mX"] + d["mT"] + d["mC"] + d["upd"] / d["accum"]
+        serial = d["lat"] + d["mR"] + d["mX"] + d["mT"] + d["mC"] + d["upd"]
         serial_items = np.where(serial > 0, 1.0 / np.where(serial > 0, serial, 1.0), np.inf)
     labels = names[worst, cols]
     return pd.DataFrame({
         "bottleneck_bound_samples_per_s": items_bound * d["b"],
-        "bottleneck_bound_steps_per_s": items_bound / d["accum"],
+        "bottleneck_bound_steps_per_s": items_bound,
         "serial_bound_samples_per_s": serial_items * d["b"],
         "bottleneck_bound_stage": labels,
     })
@@ -443,7 +454,7 @@ def seed_key(seed: int) -> int:
 def _lane_arrays(frame: pd.DataFrame, d: dict, rows: np.ndarray) -> tuple[dict, tuple, tuple]:
     """Per-lane kernel inputs for ``rows`` (which share their distribution kinds/tables)."""
     stage_dists = [frame[n].iloc[rows[0]] for n in DIST_FIELDS]
-    per_sample = [d["b"][rows], d["b"][rows], np.ones(len(rows)), np.ones(len(rows))]
+    per_sample = [d["b"][rows], d["b"][rows], np.ones(len(rows)), d["accum"][rows]]
     samplers, params, tables = [], [], []
     for dist, n in zip(stage_dists, per_sample):
         kind, p = batch_shape_params(dist, n)
@@ -454,7 +465,7 @@ def _lane_arrays(frame: pd.DataFrame, d: dict, rows: np.ndarray) -> tuple[dict, 
         tables.append(unit_table(dist))
     lanes = {"lat": d["lat"][rows], "mR": d["mR"][rows], "pR": params[0], "mX": d["mX"][rows],
              "pX": params[1], "mT": d["mT"][rows], "pT": params[2], "mC": d["mC"][rows],
-             "pC": params[3], "accum": d["accum"][rows], "upd": d["upd"][rows]}
+             "pC": params[3], "upd": d["upd"][rows]}
     return lanes, tuple(samplers), tuple(tables)
 
 
@@ -562,18 +573,12 @@ def simulate_frame(frame: pd.DataFrame, opts: SimOptions, *, stream_rows: np.nda
 
 def _fill_deterministic_busy(accs, rows, kernel_names, d, total, chunk) -> None:
     """Per-chunk busy sums of deterministic stages, in closed form (the kernel skips them)."""
-    starts = np.arange(total) * chunk
     for name in ("busy_compute", "busy_transfer", "busy_workers", "busy_link"):
         if name in kernel_names:
             continue
-        if name == "busy_compute":
-            g = d["accum"][rows][:, None]
-            updates = (starts[None, :] + chunk) // g - starts[None, :] // g  # items with (j+1) % g == 0
-            val = chunk * d["mC"][rows][:, None] + updates * d["upd"][rows][:, None]
-        else:
-            per = {"busy_transfer": d["mT"], "busy_workers": d["lat"] + d["mR"] + d["mX"],
-                   "busy_link": d["mR"]}[name]
-            val = np.broadcast_to(chunk * per[rows][:, None], (len(rows), total))
+        per = {"busy_compute": d["mC"] + d["upd"], "busy_transfer": d["mT"],
+               "busy_workers": d["lat"] + d["mR"] + d["mX"], "busy_link": d["mR"]}[name]
+        val = np.broadcast_to(chunk * per[rows][:, None], (len(rows), total))
         accs[rows, :, maxplus.ACC_NAMES.index(name)] = val
 
 
@@ -615,24 +620,26 @@ def summarize(raw: dict, frame: pd.DataFrame) -> pd.DataFrame:
         bottleneck = names[worst, np.arange(len(worst))]
         wait = 1.0 - util_compute
         wait_se = _ratio_stderr(acc["busy_compute"], dur)
+    unit = lambda v: np.clip(v, 0.0, 1.0)  # noqa: E731 — float32 sums overshoot by ~1e-7
+    pos = lambda v: np.maximum(v, 0.0)  # noqa: E731
     out = pd.DataFrame({
         "samples_per_s": items_per_s * d["b"],
-        "steps_per_s": items_per_s / d["accum"],
-        "data_wait_frac": wait,
-        "step_time_mean_s": d["accum"] / items_per_s,
-        "util_read": util_read,
-        "util_transform": util_transform,
-        "util_transfer": util_transfer,
-        "util_compute": util_compute,
-        "blocked_transform_frac": frac("blocked_workers") / d["k"],
-        "blocked_transfer_frac": frac("blocked_transfer"),
-        "mean_occupancy_worker_queues": frac("sojourn_worker_queues"),
-        "mean_occupancy_host_buffer": frac("sojourn_host_buffer"),
-        "mean_occupancy_device_buffer": frac("sojourn_device_buffer"),
+        "steps_per_s": items_per_s,
+        "data_wait_frac": unit(wait),
+        "step_time_mean_s": 1.0 / items_per_s,
+        "util_read": unit(util_read),
+        "util_transform": unit(util_transform),
+        "util_transfer": unit(util_transfer),
+        "util_compute": unit(util_compute),
+        "blocked_transform_frac": unit(frac("blocked_workers") / d["k"]),
+        "blocked_transfer_frac": unit(frac("blocked_transfer")),
+        "mean_occupancy_worker_queues": pos(frac("sojourn_worker_queues")),
+        "mean_occupancy_host_buffer": pos(frac("sojourn_host_buffer")),
+        "mean_occupancy_device_buffer": pos(frac("sojourn_device_buffer")),
         "time_to_first_batch_s": raw["first"],
         "bottleneck": bottleneck,
         "samples_per_s_stderr": items_se * d["b"],
-        "steps_per_s_stderr": items_se / d["accum"],
+        "steps_per_s_stderr": items_se,
         "data_wait_frac_stderr": wait_se,
         "effective_host_buffer": d["host_buffer"],
         "effective_device_buffer": d["device_buffer"],

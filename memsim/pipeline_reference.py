@@ -36,7 +36,8 @@ def draw_services(config, n_items: int, seed: int = 0) -> dict:
     rng = random.Random(seed)
     b = float(d["b"][0])
     out = {"lat": [float(d["lat"][0])] * n_items}
-    for name, mean_key, n in (("R", "mR", b), ("X", "mX", b), ("T", "mT", 1.0), ("C", "mC", 1.0)):
+    for name, mean_key, n in (("R", "mR", b), ("X", "mX", b), ("T", "mT", 1.0),
+                              ("C", "mC", float(d["accum"][0]))):
         dist = getattr(config, DIST_FIELDS[("R", "X", "T", "C").index(name)])
         kind, p = batch_shape_params(dist, np.array([n]))
         p = float(p[0])
@@ -51,9 +52,8 @@ def draw_services(config, n_items: int, seed: int = 0) -> dict:
         else:
             vals = [mean * rng.choice(table) for _ in range(n_items)]
         out[name] = vals
-    accum = int(d["accum"][0])
     upd = float(d["upd"][0])
-    out["C"] = [c + (upd if (j + 1) % accum == 0 else 0.0) for j, c in enumerate(out["C"])]
+    out["C"] = [c + upd for c in out["C"]]
     return out
 
 

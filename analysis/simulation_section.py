@@ -1,0 +1,293 @@
+"""The study report's "## Simulation" section: the simulated pipeline beside the measured one.
+
+``simulation_section(measured, out_dir)`` simulates (``memsim.pipeline``) the configurations that
+were measured and a sweep over the same knobs, states where the simulation lies between the
+analytic bounds, shows one configuration's timeline, the dataset-cache hit rates
+(``memsim.cache``) and the throughput lost to host-to-host variance (``memsim.multihost``).
+Service times come from the measured rows where they hold them (per-sample decode + augment time,
+the device-resident step time, image size); everything else is a documented default, and the
+text says which is which.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis import sim_plots
+from memsim import cache as cache_lib
+from memsim.distributions import ConfigError
+from memsim.multihost import many_hosts
+from memsim.pipeline import FIELDS, PipelineConfig, simulate_trace, sweep
+
+HEATMAP_FILE = "sim_throughput_heatmap.png"
+TIMELINE_FILE = "sim_timeline.png"
+CACHE_FILE = "sim_cache_hit_rate.png"
+HOSTS_FILE = "sim_many_hosts.png"
+SWEEP_CSV = "simulated_sweep.csv"
+
+SECTION_KNOBS = ("num_workers", "prefetch_buffer_size", "device_buffer_size", "feed", "batch_size")
+EXTRA_KNOBS = ("cpu_buffer_size", "per_worker_buffer_size", "grad_accum_steps", "precision")
+DEFAULT_GRID = {"num_workers": [0, 1, 2, 4, 8], "prefetch_buffer_size": [0, 1, 2, 4, 8],
+                "feed": ["none", "double_buffer", "grain_device_put"]}
+N_ITEMS = 600
+
+
+def _median_positive(df: pd.DataFrame, col: str) -> float:
+    if col not in df:
+        return math.nan
+    v = pd.to_numeric(df[col], errors="coerce")
+    v = v[np.isfinite(v) & (v > 0)]
+    return float(v.median()) if len(v) else math.nan
+
+
+def _row_service(df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """Per-row service-time columns derived from measured columns, and notes on what was used."""
+    out = pd.DataFrame(index=df.index)
+    notes = []
+    parts = [c for c in ("decode_s_per_sample", "augment_s_per_sample") if c in df]
+    if parts:
+        t = sum(pd.to_numeric(df[c], errors="coerce").fillna(0.0) for c in parts)
+        out["transform_s"] = t.where(t > 0)
+        notes.append(f"transform time per sample = measured {' + '.join(parts)}")
+    step = None
+    for col in ("device_resident_step_median_s", "compute_time_median_s"):
+        if col in df:
+            step = pd.to_numeric(df[col], errors="coerce")
+            step = step.where(step > 0)
+            accum = pd.to_numeric(df.get("grad_accum_steps", 1), errors="coerce").fillna(1)
+            out["compute_s"] = step / accum
+            notes.append(f"compute time per step = measured {col}")
+            break
+    if "image_size" in df:
+        side = pd.to_numeric(df["image_size"], errors="coerce")
+        ch = pd.to_numeric(df["channels"], errors="coerce") if "channels" in df else 3
+        out["record_bytes"] = side * side * ch          # uint8 record
+        out["device_sample_bytes"] = side * side * ch * 4  # float32 after the transform
+        notes.append("bytes per record and per device sample from image_size × channels (uint8 in, float32 out)")
+    return out, notes
+
+
+def _base(service: pd.DataFrame, measured: pd.DataFrame) -> PipelineConfig:
+    """The default configuration with measured medians of the service times where available."""
+    kw = {}
+    for col in ("transform_s", "compute_s", "record_bytes", "device_sample_bytes"):
+        v = _median_positive(service, col)
+        if np.isfinite(v):
+            kw[col] = v
+    for k in EXTRA_KNOBS:
+        if k in measured and measured[k].notna().any():
+            kw[k] = measured[k].dropna().mode().iloc[0]
+            if k != "precision":
+                kw[k] = int(kw[k])
+    if "batch_size" in measured and measured["batch_size"].notna().any():
+        kw["batch_size"] = int(measured["batch_size"].dropna().mode().iloc[0])
+    if kw.get("batch_size", 64) % kw.get("grad_accum_steps", 1):
+        kw.pop("grad_accum_steps", None)
+    return PipelineConfig(**kw)
+
+
+def _fmt(v, digits=3) -> str:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return str(v)
+    if not math.isfinite(f):
+        return "–"
+    return f"{f:.{digits}g}"
+
+
+def _table(df: pd.DataFrame) -> str:
+    lines = ["| " + " | ".join(df.columns) + " |", "| " + " | ".join("---" for _ in df.columns) + " |"]
+    for row in df.itertuples(index=False):
+        lines.append("| " + " | ".join(_fmt(v) if isinstance(v, (float, np.floating)) else str(v)
+                                      for v in row) + " |")
+    return "\n".join(lines)
+
+
+def _measured_vs_simulated(ok: pd.DataFrame, service: pd.DataFrame, base: PipelineConfig,
+                           knobs: list[str]) -> tuple[str, pd.DataFrame | None]:
+    use = [k for k in knobs + list(EXTRA_KNOBS) if k in ok]
+    if not use or "samples_per_s" not in ok:
+        return "", None
+    grid = ok[use].copy()
+    for col in ("transform_s", "compute_s", "record_bytes", "device_sample_bytes"):
+        if col in service:
+            grid[col] = service[col].fillna(getattr(base, col))
+    for k in use:  # knobs left empty in a measured row take the base value (e.g. unused buffers)
+        if grid[k].isna().any():
+            grid[k] = grid[k].fillna(getattr(base, k))
+    try:
+        sim = sweep(grid, base, n_items=N_ITEMS)
+    except ConfigError as e:
+        return f"The measured configurations could not be simulated as they are: {e}.\n", None
+    meas = pd.to_numeric(ok["samples_per_s"], errors="coerce").to_numpy()
+    comp = pd.DataFrame({k: ok[k].to_numpy() for k in use if k in knobs})
+    comp["measured samples/s"] = meas
+    comp["simulated samples/s"] = sim["samples_per_s"].to_numpy()
+    comp["rel error"] = comp["simulated samples/s"] / comp["measured samples/s"] - 1
+    if "data_wait_frac" in ok:
+        comp["measured wait"] = pd.to_numeric(ok["data_wait_frac"], errors="coerce").to_numpy()
+    comp["simulated wait"] = sim["data_wait_frac"].to_numpy()
+    comp["bottleneck"] = sim["bottleneck"].to_numpy()
+    med = float(np.nanmedian(np.abs(comp["rel error"])))
+    text = (f"Simulating each of the {len(comp)} measured configurations with its own measured "
+            f"service times gives a median |relative error| in samples/s of {med:.0%} "
+            f"(uncalibrated: transfer link, queueing and distribution shapes are defaults; a later "
+            f"stage calibrates them).\n\n")
+    show = comp.sort_values("measured samples/s", ascending=False).head(12)
+    return text + _table(show) + "\n", comp
+
+
+def simulation_section(measured: pd.DataFrame | None, out_dir: Path) -> str:
+    """The "## Simulation" Markdown section; figures are written into ``out_dir``.
+
+    Args:
+        measured: the study's measured rows (may be empty or lack columns; rows whose ``status``
+            is not ``ok`` are ignored). Knobs found among ``SECTION_KNOBS`` set the simulated
+            grid; decode/augment times per sample, the device-resident step time and the image
+            size set the service times where present.
+        out_dir: folder for the PNG figures (created if missing), linked by file name.
+
+    Returns:
+        Markdown text beginning with ``## Simulation``.
+
+    Example:
+        >>> import tempfile
+        >>> md = simulation_section(pd.DataFrame(), Path(tempfile.mkdtemp()))  # doctest: +SKIP
+        >>> md.startswith("## Simulation")  # doctest: +SKIP
+        True
+    """
+    if measured is None:
+        measured = pd.DataFrame()
+    if not isinstance(measured, pd.DataFrame):
+        raise TypeError(f"measured is a {type(measured).__name__}; pass a pandas DataFrame of measured rows")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ok = measured[measured["status"] == "ok"] if "status" in measured else measured
+    ok = ok.reset_index(drop=True)
+    service, notes = _row_service(ok) if len(ok) else (pd.DataFrame(), [])
+    base = _base(service, ok)
+
+    knobs = [k for k in SECTION_KNOBS if k in ok and ok[k].notna().any()]
+    lines = ["## Simulation", ""]
+    lines.append("The pipeline model (`memsim.pipeline`: read → transform in worker processes → host "
+                 "prefetch buffer → host→device transfer → device buffer → step, finite buffers that "
+                 "block when full) simulated item by item with max-plus recurrences, vectorised over "
+                 f"configurations with JAX ({N_ITEMS} batches per configuration, the first 20% "
+                 "discarded, errors by batch means).")
+    lines.append("")
+    if len(ok) and knobs:
+        grid = {k: sorted(ok[k].dropna().unique().tolist(), key=str) for k in knobs}
+        lines.append("Simulated grid: the knob values the study measured — "
+                     + ", ".join(f"`{k}` ∈ {{{', '.join(map(str, v))}}}" for k, v in grid.items()) + ".")
+    else:
+        grid = dict(DEFAULT_GRID)
+        why = "no measured rows" if not len(ok) else "the measured rows name none of the pipeline knobs"
+        lines.append(f"Simulated grid: a default grid ({why}) — "
+                     + ", ".join(f"`{k}` ∈ {{{', '.join(map(str, v))}}}" for k, v in grid.items()) + ".")
+    lines.append("")
+    if notes:
+        lines.append("Service times from the measured rows (medians for the grid): " + "; ".join(notes) + ".")
+    else:
+        lines.append("Service times: no measured service times found, so documented defaults are used.")
+    lines.append(f"Assumed (not measured): transform times lognormal with cv {base.transform_dist.cv:g} per "
+                 f"sample, step times lognormal with cv {base.compute_dist.cv:g}, host→device "
+                 f"{base.transfer_bandwidth_Bps / 1e9:.2g} GB/s plus {base.transfer_latency_s * 1e6:.3g} µs "
+                 f"per batch, records read at {base.read_bandwidth_Bps / 1e9:.2g} GB/s. Base: "
+                 f"{base.transform_s * 1e6:.3g} µs transform per sample, {base.compute_s * 1e3:.3g} ms "
+                 f"per micro-batch, batch {base.batch_size}.")
+    lines.append("")
+
+    if len(ok) and knobs:
+        text, _ = _measured_vs_simulated(ok, service, base, knobs)
+        if text:
+            lines += ["### Measured configurations, simulated", "", text]
+
+    sim = sweep(grid, base, n_items=N_ITEMS)
+    sim.to_csv(out_dir / SWEEP_CSV, index=False)
+    x = "num_workers" if sim["num_workers"].nunique() > 1 or "num_workers" in grid else "feed"
+    y = "prefetch_buffer_size"
+    sim_plots.throughput_heatmap(sim, out_dir / HEATMAP_FILE, x=x, y=y,
+                                 panel="feed" if sim["feed"].nunique() > 1 else None)
+    best = sim.loc[sim["samples_per_s"].idxmax()]
+    worst = sim.loc[sim["samples_per_s"].idxmin()]
+    pos = sim["bound_position"].clip(lower=-1, upper=2)
+    at_bound = float(np.mean(sim["samples_per_s"] >= 0.98 * sim["bottleneck_bound_samples_per_s"]))
+    counts = sim["bottleneck"].value_counts()
+    lines += ["### Simulated sweep", "",
+              f"{len(sim)} configurations. Throughput ranges from {_fmt(worst.samples_per_s)} samples/s "
+              f"({', '.join(f'{k}={worst[k]}' for k in grid)}) to {_fmt(best.samples_per_s)} samples/s "
+              f"({', '.join(f'{k}={best[k]}' for k in grid)}). Bottlenecks: "
+              + ", ".join(f"{k} in {v}" for k, v in counts.items()) + ".",
+              "",
+              f"Between the analytic bounds (0 = every stage in series, 1 = the slowest stage's rate): "
+              f"median position {pos.median():.2f}, range {pos.min():.2f}–{pos.max():.2f}; "
+              f"{at_bound:.0%} of the configurations reach 98% of the bottleneck bound. Falling short "
+              f"of it comes from variable service times meeting small buffers; `feed='none'` and "
+              f"`num_workers=0` without a buffer sit at the serial bound by construction.",
+              "", f"![Simulated samples/s over the grid]({HEATMAP_FILE})", "",
+              f"The simulated rows are in `{SWEEP_CSV}` (same knob names as the measured rows).", ""]
+
+    pick = sim.loc[sim["data_wait_frac"].idxmax()]
+    cfg = PipelineConfig(**{k: pick[k] for k in FIELDS if k in pick and k in grid},
+                         **{k: getattr(base, k) for k in FIELDS if k not in grid})
+    tr = simulate_trace(cfg, 60)
+    sim_plots.timeline(tr, out_dir / TIMELINE_FILE, max_items=40,
+                       title=f"{', '.join(f'{k}={pick[k]}' for k in grid)}: data wait "
+                             f"{pick['data_wait_frac']:.0%} (simulated)")
+    lines += ["### Timeline", "",
+              f"The configuration of the grid that waits longest for data "
+              f"({', '.join(f'{k}={pick[k]}' for k in grid)}; bottleneck: {pick['bottleneck']}; "
+              f"compute idle {pick['data_wait_frac']:.0%}, host buffer {pick['mean_occupancy_host_buffer']:.2g} "
+              f"and device buffer {pick['mean_occupancy_device_buffer']:.2g} batches full on average):",
+              "", f"![Timeline of one configuration]({TIMELINE_FILE})", ""]
+
+    n_records = int(_median_positive(ok, "num_samples")) if np.isfinite(_median_positive(ok, "num_samples")) else 2048
+    rec = float(base.record_bytes)
+    fracs = [0.0, 0.1, 0.25, 0.4, 0.5, 0.6, 0.75, 0.9, 0.95, 1.0, 1.1]
+    window = max(1, n_records // 16)
+    cdf = cache_lib.cache_sweep(n_records, rec, [f * n_records * rec for f in fracs], epochs=3,
+                                window=window, seed=0)
+    sim_plots.hit_rate_plot(cdf, out_dir / CACHE_FILE)
+    half = cdf[(cdf.epoch >= 2) & (np.isclose(cdf.cache_fraction, 0.5))]
+    tab = half.groupby(["pattern", "policy"])[["hit_rate", "closed_form_hit_rate"]].mean().reset_index()
+    tab.columns = ["pattern", "policy", "hit rate (trace)", "closed form"]
+    lines += ["### Dataset cache", "",
+              f"A cache in front of the record store for this dataset ({n_records} records of "
+              f"{rec:.0f} B; window {window} records for the windowed order), epochs 2–3. Half the "
+              f"dataset cached:", "", _table(tab), "",
+              "Sequential (and fixed-order) scans defeat LRU and FIFO entirely once the cache is "
+              "smaller than the dataset; a static cache keeps exactly its share; a fresh shuffle "
+              "gives LRU γ + (1 − γ) ln(1 − γ) at cache fraction γ.", "",
+              f"![Hit rate against cache size]({CACHE_FILE})", ""]
+
+    # many hosts: the overlapped configuration whose loader runs closest to saturation, where
+    # host-to-host variance shows (a compute-bound pipeline loses nothing)
+    cand = sim[sim["feed"] != "none"] if (sim["feed"] != "none").any() else sim
+    hrow = cand.loc[cand["util_transform"].idxmax()]
+    hcfg = PipelineConfig(**{k: hrow[k] for k in FIELDS if k in grid},
+                          **{k: getattr(base, k) for k in FIELDS if k not in grid})
+    hosts = many_hosts(hcfg, n_items=400)
+    # what if the transform were slower, the workers ~90% busy: the regime where variance costs
+    scale = 0.9 / max(float(hrow["util_transform"]), 1e-9)
+    hot = dataclasses.replace(hcfg, transform_s=hcfg.transform_s * scale)
+    hosts_hot = many_hosts(hot, n_items=400)
+    sim_plots.many_hosts_plot({"this pipeline": hosts, f"transform ×{scale:.2g} (workers ~90% busy)": hosts_hot},
+                              out_dir / HOSTS_FILE)
+    last, last_hot = hosts.iloc[-1], hosts_hot.iloc[-1]
+    lines += ["### Many hosts", "",
+              f"N hosts each running one pipeline ({', '.join(f'{k}={hrow[k]}' for k in grid)}: the "
+              f"overlapped configuration whose workers are busiest, {hrow['util_transform']:.0%}), one "
+              f"synchronous step: at {int(last.hosts)} hosts the step rate is {last.efficiency:.1%} "
+              f"± {2 * last.efficiency_stderr:.1%} (2 s.e.) of one host's. With the transform "
+              f"{scale:.2g}× slower (workers about 90% busy) it is {last_hot.efficiency:.1%} "
+              f"± {2 * last_hot.efficiency_stderr:.1%}: the slowest host sets the pace, and the loss "
+              f"grows with N only where the loader's variable times meet too little buffering "
+              f"(deterministic service times lose nothing).",
+              "", f"![Throughput against hosts]({HOSTS_FILE})", ""]
+    return "\n".join(lines)
