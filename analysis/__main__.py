@@ -1,0 +1,40 @@
+"""``python -m analysis <subcommand> ...``: thin launcher over importable analysis functions.
+
+Subcommands are registered in :data:`SUBCOMMANDS` as ``name -> (help, add_args, run)``:
+``add_args(parser)`` declares the subcommand's arguments and ``run(args) -> int`` does the work
+and returns the exit status. To add one, write those two functions in the module that owns the
+analysis and add a line here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Callable
+
+from analysis import scaling_cli
+
+Subcommand = tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
+
+SUBCOMMANDS: dict[str, Subcommand] = {
+    "scaling": (scaling_cli.HELP, scaling_cli.add_args, scaling_cli.run),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (help_text, add_args, run) in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        add_args(p)
+        p.set_defaults(_run=run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args._run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
