@@ -303,30 +303,3 @@ def unit_table(dist: Dist) -> np.ndarray:
         return np.ones(1)
     s = np.asarray(dist.samples, dtype=np.float64)
     return s / s.mean()
-
-
-def sample_numpy(dist: Dist, mean: float, size: int, n: int = 1, seed: int = 0) -> np.ndarray:
-    """Reference draws of the per-item time (sum of ``n`` per-sample draws) with numpy.
-
-    Used by tests to check the JAX samplers' moments. Lognormal uses the same Fenton–Wilkinson
-    shape as the simulator, empirical resamples as the simulator does.
-    """
-    rng = np.random.default_rng(seed)
-    kind, p = batch_shape_params(dist, np.array([n]))
-    p = float(p[0])
-    if kind == "det":
-        return np.full(size, mean)
-    if kind == "gamma":
-        return rng.gamma(p, 1.0 / p, size) * mean
-    if kind == "lognormal":
-        return np.exp(p * rng.standard_normal(size) - 0.5 * p * p) * mean
-    return rng.choice(unit_table(dist), size) * mean
-
-
-def draw_host(sampler: str, streams: np.ndarray, j: int, stage: int, seed_key: int, param, table,
-              dtype=jnp.float32) -> np.ndarray:
-    """Eager convenience wrapper of :func:`draw` for one item (tests and the reference simulator)."""
-    key = item_key(jnp.asarray(j, jnp.uint32), stage, jnp.uint32(seed_key))
-    out = draw(sampler, jnp.asarray(streams, jnp.uint32), key, jnp.asarray(param, dtype),
-               jnp.asarray(table, dtype), dtype)
-    return np.asarray(jax.device_get(out))

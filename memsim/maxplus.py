@@ -129,7 +129,7 @@ def _draws(lanes: Lanes, js, tables, *, samplers, seed_key, dtype, has_update, c
     logarithms and exponentials at about twice the speed. Deterministic stages return their mean
     (shape (1, G, M)).
     """
-    seed_key = jnp.uint32(seed_key)
+    seed_key = seed_key.astype(jnp.uint32)
     out = []
     for stage, (mean, param) in enumerate(((lanes.mR, lanes.pR), (lanes.mX, lanes.pX),
                                            (lanes.mT, lanes.pT), (lanes.mC, lanes.pC))):
@@ -214,9 +214,9 @@ _BOOL_TILE = ("no_workers", "merged", "host0", "dev0", "feed_none")
 
 
 @functools.partial(jax.jit, static_argnames=("samplers", "n_chunks", "chunk", "rings", "coupled",
-                                             "trace", "seed_key", "dtype", "has_update"))
-def _run(lane_f, stream, tile_i, tile_b, tables, *, samplers, n_chunks, chunk, rings, coupled,
-         trace, seed_key, dtype, has_update=True):
+                                             "trace", "dtype", "has_update"))
+def _run(lane_f, stream, tile_i, tile_b, tables, seed_key, *, samplers, n_chunks, chunk, rings, coupled,
+         trace, dtype, has_update=True):
     # rings: ((size, per_lane), ...) for the four rings
     """All tiles: ``jax.vmap`` of :func:`_step` over tiles inside ``lax.scan`` over items.
 
@@ -351,11 +351,12 @@ def run_tiles(lanes: dict, tile: dict, tables: tuple, *, samplers: tuple, n_chun
         for bi in range(n_blocks):
             sl = slice(bi * per_block, (bi + 1) * per_block)
             dev = devices[bi % len(devices)]
-            args = jax.device_put((lane_f[:, sl], stream[sl], tile_i[:, sl],
-                                   tile_b[:, sl], tuple(np.asarray(t, fnp) for t in tables)), dev)
+            args = jax.device_put((lane_f[:, sl], stream[sl], tile_i[:, sl], tile_b[:, sl],
+                                   tuple(np.asarray(t, fnp) for t in tables),
+                                   np.uint32(int(seed_key) & 0xFFFFFFFF)), dev)
             outs.append(_run(*args, samplers=tuple(samplers), n_chunks=int(n_chunks),
                              chunk=int(chunk), rings=rings, coupled=bool(coupled), trace=bool(trace),
-                             seed_key=int(seed_key) & 0xFFFFFFFF, dtype=fdt, has_update=has_update))
+                             dtype=fdt, has_update=has_update))
         outs = jax.device_get(outs)
     accs = np.concatenate([o[0] for o in outs])[:g]  # (G, M, chunks, kernel_acc_names)
     ends = np.concatenate([o[1] for o in outs])[:g]
@@ -374,7 +375,7 @@ def choose_tile_width(counts: np.ndarray, max_width: int = 2048, overhead: float
 
     Example:
         >>> choose_tile_width(np.array([100, 100, 100]))
-        32
+        128
         >>> choose_tile_width(np.array([1, 1, 1]))
         1
     """

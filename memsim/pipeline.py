@@ -38,7 +38,6 @@ the two join on them.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import math
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -224,10 +223,17 @@ def _check_columns(frame: pd.DataFrame) -> None:
         bad = np.asarray(bad)
         if bad.any():
             i = int(np.argmax(bad))
+            v = col.iloc[i]
+            v = v.item() if isinstance(v, np.generic) else v
+            if name in _INT_RULES and isinstance(v, float) and v.is_integer():
+                v = int(v)
             try:
-                _check_scalar(name, col.iloc[i])
+                _check_scalar(name, v)
             except ConfigError as e:
-                raise ConfigError(f"{e} (grid row {i})") from None
+                head = f"{name}={v!r}"
+                msg = str(e)
+                msg = f"{head} (grid row {i}){msg[len(head):]}" if msg.startswith(head) else f"{msg} (grid row {i})"
+                raise ConfigError(msg) from None
             raise ConfigError(f"{name}={col.iloc[i]!r} (grid row {i}): invalid")
 
 
@@ -378,8 +384,9 @@ def analytic_bounds(frame_or_configs) -> pd.DataFrame:
     Example:
         >>> cfg = PipelineConfig(num_workers=2, batch_size=10, transform_s=0.01, compute_s=0.02,
         ...                      record_bytes=0, device_sample_bytes=0, transfer_latency_s=0)
-        >>> analytic_bounds([cfg])[["bottleneck_bound_samples_per_s", "bottleneck_bound_stage"]].iloc[0].tolist()
-        [200.0, 'transform']
+        >>> b = analytic_bounds([cfg]).iloc[0]
+        >>> float(b.bottleneck_bound_samples_per_s), b.bottleneck_bound_stage
+        (200.0, 'transform')
     """
     frame = frame_or_configs if isinstance(frame_or_configs, pd.DataFrame) and "bottleneck_bound_samples_per_s" in frame_or_configs else _grid_frame(frame_or_configs, PipelineConfig())
     return _bounds(frame, _derived(frame))
@@ -766,9 +773,3 @@ def simulate_trace(config: PipelineConfig, n_items: int = 200, seed: int = 0,
     if not isinstance(config, PipelineConfig):
         raise ConfigError(f"config={config!r}: expected a PipelineConfig")
     return simulate_traces([config], config, n_items=n_items, seed=seed, dtype=dtype)[0]
-
-
-def expand(grid: Mapping[str, Sequence]) -> list[dict]:
-    """The Cartesian product of a grid mapping as a list of dicts (handy for labels)."""
-    keys = list(grid)
-    return [dict(zip(keys, vals)) for vals in itertools.product(*(grid[k] for k in keys))]

@@ -79,7 +79,7 @@ def simulate_reference(config, n_items: int = 2000, seed: int = 0, services: dic
         ...                      compute_dist="deterministic", transfer_latency_s=0,
         ...                      device_sample_bytes=0, record_bytes=0, batch_size=1,
         ...                      transform_s=0.02, compute_s=0.01)
-        >>> round(simulate_reference(cfg, 100)["items_per_s"], 6)
+        >>> round(float(simulate_reference(cfg, 100)["items_per_s"]), 6)
         50.0
     """
     from memsim.pipeline import _derived, _grid_frame

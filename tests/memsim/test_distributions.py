@@ -1,0 +1,88 @@
+"""Service-time shapes and the counter-based random numbers behind them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+import jax
+import jax.numpy as jnp
+
+from memsim import distributions as D
+from memsim.distributions import ConfigError, Dist, batch_shape_params
+
+
+def draws(dist: Dist, n_per_item: int, lanes: int = 200_000, item: int = 3, dtype=jnp.float32):
+    kind, p = batch_shape_params(dist, np.full(lanes, n_per_item))
+    if kind == "gamma" and np.all(p == 1):
+        kind = "exp"
+    streams = jnp.asarray(D.stream_ids(np.arange(lanes), seed=1))
+    key = D.item_key(jnp.int32(item), 1, jnp.uint32(12345))
+    out = D.draw(kind, streams, key, jnp.asarray(p, dtype), jnp.asarray(D.unit_table(dist), dtype), dtype)
+    return np.asarray(out, dtype=np.float64)
+
+
+@pytest.mark.parametrize("dist,n,cv", [
+    (Dist("exponential"), 1, 1.0), (Dist("exponential"), 16, 0.25), (Dist("gamma", cv=0.5), 1, 0.5),
+    (Dist("gamma", cv=2.0), 1, 2.0), (Dist("gamma", cv=0.5), 4, 0.25), (Dist("lognormal", cv=0.3), 1, 0.3),
+    (Dist("lognormal", cv=1.0), 4, 0.5), (Dist("deterministic"), 8, 0.0)])
+def test_unit_mean_and_the_coefficient_of_variation_of_the_batch_sum(dist, n, cv):
+    x = draws(dist, n)
+    se_mean = max(cv, 1e-9) / np.sqrt(len(x))
+    assert abs(x.mean() - 1) < 5 * se_mean + 1e-7
+    assert x.std() == pytest.approx(cv, rel=0.03, abs=1e-7)
+
+
+@pytest.mark.parametrize("dist,ref", [(Dist("exponential"), stats.expon()),
+                                      (Dist("gamma", cv=0.5), stats.gamma(4, scale=0.25)),
+                                      (Dist("gamma", cv=2.0), stats.gamma(0.25, scale=4.0)),
+                                      (Dist("lognormal", cv=0.5), stats.lognorm(np.sqrt(np.log(1.25)),
+                                                                                scale=np.exp(-np.log(1.25) / 2)))])
+def test_whole_distribution_matches_by_kolmogorov_smirnov(dist, ref):
+    x = draws(dist, 1, lanes=50_000)
+    assert stats.kstest(x, ref.cdf).pvalue > 1e-3
+
+
+def test_empirical_resamples_the_measured_times_rescaled_to_unit_mean():
+    times = [0.01, 0.02, 0.02, 0.05]
+    x = draws(Dist.empirical(times), 64)  # empirical times are per item already: not summed
+    vals, counts = np.unique(np.round(x, 6), return_counts=True)
+    np.testing.assert_allclose(vals, np.round(np.array([0.01, 0.02, 0.05]) / 0.025, 6))
+    np.testing.assert_allclose(counts / len(x), [0.25, 0.5, 0.25], atol=0.01)
+
+
+def test_uniforms_are_uniform_and_streams_independent():
+    streams = jnp.asarray(D.stream_ids(np.arange(100_000), seed=0))
+    u = np.asarray(D.uniform(streams, D.item_key(jnp.int32(0), 0, jnp.uint32(9)), jnp.float32), np.float64)
+    assert 0 < u.min() and u.max() < 1
+    assert stats.kstest(u, "uniform").pvalue > 1e-3
+    v = np.asarray(D.uniform(streams, D.item_key(jnp.int32(1), 0, jnp.uint32(9)), jnp.float32), np.float64)
+    w = np.asarray(D.uniform(streams, D.item_key(jnp.int32(0), 1, jnp.uint32(9)), jnp.float32), np.float64)
+    for a, b in ((u, v), (u, w), (u[:-1], u[1:])):  # next item, next stage, neighbouring stream
+        assert abs(np.corrcoef(a, b)[0, 1]) < 5 / np.sqrt(len(a))
+
+
+def test_float32_normal_quantile_is_accurate():
+    u = jnp.linspace(2.0**-24, 1 - 2.0**-24, 100_001, dtype=jnp.float32)
+    z = np.asarray(D.normal_from_uniform(u), np.float64)
+    ref = stats.norm.ppf(np.asarray(u, np.float64))
+    assert np.max(np.abs(z - ref)) < 2e-5
+    with jax.enable_x64(True):
+        z64 = np.asarray(D.normal_from_uniform(jnp.asarray([0.025, 0.5, 0.975], jnp.float64)))
+    np.testing.assert_allclose(z64, stats.norm.ppf([0.025, 0.5, 0.975]), atol=1e-12)
+
+
+def test_parse_and_errors():
+    assert Dist.parse("gamma:0.25") == Dist("gamma", cv=0.25)
+    assert str(Dist.parse(str(Dist("lognormal", cv=0.3)))) == "lognormal:0.3"
+    with pytest.raises(ConfigError, match="weibull"):
+        Dist.parse("weibull")
+    with pytest.raises(ConfigError, match="cv"):
+        Dist.parse("gamma:abc")
+    with pytest.raises(ConfigError, match="-1"):
+        Dist("gamma", cv=-1.0)
+    with pytest.raises(ConfigError, match="samples"):
+        Dist.empirical([])
+    with pytest.raises(ConfigError, match="-0.5"):
+        Dist.empirical([1.0, -0.5])
