@@ -14,7 +14,7 @@ def test_study_writes_report_with_table_and_figures(tmp_path, data_cache):
     d = tmp_path / "study" / "s"
     report = (d / "report.md").read_text()
     for heading in ("## Machine and environment", "## Measured sweep", "### Best configuration",
-                    "### Which knob moved throughput most", "## Hierarchy"):
+                    "### Which knob moved throughput most", "## Hierarchy", "## Simulation"):
         assert heading in report
     assert "This section failed" not in report
     rows = load(d)
