@@ -286,10 +286,14 @@ def _run(lane_f, stream, tile_i, tile_b, tables, seed_key, *, samplers, n_chunks
 
 
 def ring_layout(tile: dict) -> tuple:
-    """((size, per_lane), ...) for the four rings, from the largest lag of each."""
+    """((size, per_lane), ...) for the four rings, from the largest lag of each.
+
+    Sizes are powers of two, at least ``LANE_RING_MAX`` (so that small sweeps share one compiled
+    layout); rings of that size are read per lane.
+    """
     out = []
     for k in _INT_TILE:
-        size = _pow2(int(np.max(tile[k])))
+        size = max(_pow2(int(np.max(tile[k]))), LANE_RING_MAX)
         out.append((size, size <= LANE_RING_MAX))
     return tuple(out)
 
@@ -329,8 +333,8 @@ def run_tiles(lanes: dict, tile: dict, tables: tuple, *, samplers: tuple, n_chun
     g, m = lanes["stream"].shape
     rings = ring_layout(tile)
     per_block = max(1, block_lanes // m)
-    if g < per_block:  # one block: round the tile count to few shapes (fewer compilations)
-        per_block = padded_tile_count(g)
+    if g < per_block:  # one block: round the tile count up to a power of two (fewer compilations)
+        per_block = _pow2(g)
     n_blocks = -(-g // per_block)
     pad = n_blocks * per_block - g
     if pad:  # repeat the last tile; its results are dropped
@@ -366,7 +370,8 @@ def run_tiles(lanes: dict, tile: dict, tables: tuple, *, samplers: tuple, n_chun
 
 
 def choose_tile_width(counts: np.ndarray, max_width: int = 2048, overhead: float = 64.0) -> int:
-    """Lanes per tile minimising padded lanes plus a per-tile overhead (1, 2, 4, 8, 16 or k·32).
+    """Lanes per tile minimising padded lanes plus a per-tile overhead (a power of two up to 64, then
+    multiples of 32: other widths vectorise badly).
 
     Args:
         counts: number of configurations in each class of equal lags.
@@ -381,9 +386,8 @@ def choose_tile_width(counts: np.ndarray, max_width: int = 2048, overhead: float
     """
     counts = np.asarray(counts, dtype=np.int64)
     top = int(counts.max())
-    # small powers of two, then multiples of 32: other widths vectorise badly (measured: a tile
-    # width of 100 costs about 1.5x a width of 96 or 128 per lane)
-    widths = np.array([w for w in (1, 2, 4, 8, 16) if w <= top] + list(range(32, max_width + 1, 32)))
+    # measured: a tile width of 100 costs about 1.5x a width of 96 or 128 per lane
+    widths = np.array([w for w in (1, 2, 4, 8, 16, 32, 64) if w < 2 * top] + list(range(96, max_width + 1, 32)))
     widths = widths[widths < top + 32]
     tiles = -(-counts[None, :] // widths[:, None])
     cost = (tiles * widths[:, None]).sum(1) + overhead * tiles.sum(1)

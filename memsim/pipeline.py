@@ -276,9 +276,15 @@ def _grid_frame(grid, base: PipelineConfig) -> pd.DataFrame:
         cols = {}
         for f in FIELDS:
             vals = values.get(f, [base_row[f]])
+            pick = idx[f] if f in values else np.zeros(n, np.int64)
+            if f in DIST_FIELDS:  # a categorical column: few distinct shapes, many rows
+                parsed = [as_dist(f, v) for v in vals]
+                codes, cats = pd.factorize(pd.Series(parsed, dtype=object))
+                cols[f] = pd.Categorical.from_codes(codes[pick], categories=pd.Index(cats, dtype=object))
+                continue
             arr = np.empty(len(vals), dtype=object)
             arr[:] = vals
-            col = arr[idx[f]] if f in values else np.repeat(arr, n)
+            col = arr[pick]
             if f not in DIST_FIELDS and f not in _CHOICES and all(
                     isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
                     for x in vals):
@@ -298,11 +304,13 @@ def _grid_frame(grid, base: PipelineConfig) -> pd.DataFrame:
         raise ConfigError(f"grid={grid!r}: expected a mapping of field -> values, a DataFrame or "
                           f"a list of PipelineConfig")
     for name in DIST_FIELDS:
+        if isinstance(frame[name].dtype, pd.CategoricalDtype):
+            continue
         codes, uniques = pd.factorize(pd.Series(frame[name].to_numpy(), dtype=object).map(
             lambda v: v if isinstance(v, (str, Dist)) else repr(v)))
-        parsed = np.empty(len(uniques), dtype=object)
-        parsed[:] = [as_dist(name, v) for v in uniques]
-        frame[name] = parsed[codes]
+        parsed = pd.Series([as_dist(name, v) for v in uniques], dtype=object)
+        sub, cats = pd.factorize(parsed)  # equal shapes written differently share a category
+        frame[name] = pd.Categorical.from_codes(sub[codes], categories=pd.Index(cats, dtype=object))
     _check_columns(frame[[c for c in FIELDS if c not in DIST_FIELDS]])
     bs = frame["batch_size"].to_numpy(np.int64)
     ga = frame["grad_accum_steps"].to_numpy(np.int64)
@@ -488,11 +496,9 @@ def _tile_key(d: dict) -> np.ndarray:
 def _dist_key(frame: pd.DataFrame) -> np.ndarray:
     keys = []
     for n in DIST_FIELDS:
-        objs = frame[n].to_numpy()
-        codes, first = np.unique(np.fromiter((id(x) for x in objs), np.int64, len(objs)),
-                                 return_inverse=True, return_index=True)[1:]
-        sub = pd.factorize(pd.Series([(objs[i].kind, objs[i].samples) for i in codes], dtype=object))[0]
-        keys.append(sub[first.ravel()])
+        col = frame[n].array  # Categorical of Dist (see _grid_frame)
+        sub = pd.factorize(pd.Series([(c.kind, c.samples) for c in col.categories], dtype=object))[0]
+        keys.append(sub[np.asarray(col.codes)])
     return np.stack(keys, axis=1)
 
 
@@ -547,6 +553,8 @@ def simulate_frame(frame: pd.DataFrame, opts: SimOptions, *, stream_rows: np.nda
             width = maxplus._pow2(int(counts.max()))
         else:
             width = maxplus.choose_tile_width(counts)
+        if coupled_hosts is not None or len(members) == 1:
+            width = max(width, 32)  # small sweeps share one compiled shape; spare lanes are cheap
         tiles = []
         for m in members:
             for s in range(0, len(m), width):
@@ -665,7 +673,8 @@ def config_columns(frame: pd.DataFrame) -> pd.DataFrame:
     """The grid's fields as plain columns (distributions written as strings)."""
     out = frame.copy()
     for n in DIST_FIELDS:
-        out[n] = [str(x) for x in out[n]]
+        col = frame[n].array
+        out[n] = np.asarray([str(c) for c in col.categories], dtype=object)[np.asarray(col.codes)]
     for n in _INT_RULES:
         out[n] = out[n].astype(np.int64)
     for n in _FLOAT_RULES:

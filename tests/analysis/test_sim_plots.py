@@ -26,16 +26,16 @@ def is_png(path) -> bool:
 @pytest.fixture(scope="module")
 def small_sweep():
     return sweep({"num_workers": [0, 1, 2], "prefetch_buffer_size": [0, 2], "feed": ["none", "double_buffer"]},
-                 n_items=200)
+                 n_items=400)
 
 
 def test_each_figure_renders(tmp_path, small_sweep):
     assert is_png(sim_plots.throughput_heatmap(small_sweep, tmp_path / "h.png"))
-    tr = simulate_trace(PipelineConfig(num_workers=2, transform_s=3e-4), 30)
+    tr = simulate_trace(PipelineConfig(num_workers=2, transform_s=3e-4), 60)
     assert is_png(sim_plots.timeline(tr, tmp_path / "t.png"))
     cdf = cache_sweep(100, 1.0, [0, 25, 50, 100], epochs=2, window=10)
     assert is_png(sim_plots.hit_rate_plot(cdf, tmp_path / "c.png"))
-    hosts = many_hosts(PipelineConfig(), hosts=(1, 4), n_items=100)
+    hosts = many_hosts(PipelineConfig(), hosts=(1, 4), n_items=400)
     assert is_png(sim_plots.many_hosts_plot({"a": hosts, "b": hosts}, tmp_path / "m.png"))
 
 

@@ -16,15 +16,15 @@ VARIABLE = PipelineConfig(num_workers=2, per_worker_buffer_size=1, prefetch_buff
 
 
 def test_one_host_equals_the_single_host_simulation():
-    one = many_hosts(VARIABLE, hosts=[1], n_items=500, seed=4)
-    single = sweep([VARIABLE], n_items=500, seed=4)
+    one = many_hosts(VARIABLE, hosts=[1], n_items=400, seed=4)
+    single = sweep([VARIABLE], n_items=400, seed=4)
     assert one.samples_per_s[0] == pytest.approx(single.samples_per_s[0], rel=1e-6)
     assert one.data_wait_frac[0] == pytest.approx(single.data_wait_frac[0], rel=1e-5, abs=1e-7)
     assert one.efficiency[0] == 1.0
 
 
 def test_throughput_loss_grows_with_hosts_under_variance():
-    df = many_hosts(VARIABLE, hosts=(1, 4, 32, 256, 1024), n_items=500, seed=1)
+    df = many_hosts(VARIABLE, hosts=(1, 4, 32, 256, 1024), n_items=400, seed=1)
     eff = df.efficiency.to_numpy()
     se = df.efficiency_stderr.to_numpy()
     assert np.all(np.diff(eff) < 3 * np.hypot(se[1:], se[:-1]))  # non-increasing within noise
@@ -36,7 +36,7 @@ def test_throughput_loss_grows_with_hosts_under_variance():
 def test_no_loss_without_variance():
     det = PipelineConfig(num_workers=2, transform_s=5e-4, transform_dist="deterministic", compute_s=0.004,
                          compute_dist="deterministic", batch_size=8, prefetch_buffer_size=0)
-    df = many_hosts(det, hosts=(1, 64, 1024), n_items=300)
+    df = many_hosts(det, hosts=(1, 64, 1024), n_items=400)
     np.testing.assert_allclose(df.efficiency, 1.0, atol=1e-6)
 
 

@@ -39,7 +39,7 @@ def test_mm1k_blocking_and_throughput_within_monte_carlo_error(lam, mu, buffer):
     reps = 48
     cfg = PipelineConfig(**TWO_STAGE, prefetch_buffer_size=buffer, transform_s=1 / lam,
                          transform_dist="exponential", compute_s=1 / mu, compute_dist="exponential")
-    df = sweep([cfg] * reps, n_items=3000, seed=7)
+    df = sweep([cfg] * reps, n_items=2000, seed=7)
     thr, p_block, p_idle = mm1k(lam, mu, buffer + 2)
     for col, want in (("samples_per_s", thr), ("blocked_transform_frac", p_block),
                       ("data_wait_frac", p_idle)):
@@ -216,8 +216,8 @@ def test_recurrences_match_the_event_by_event_simulator_item_by_item(stoch_trace
 def test_event_simulator_with_its_own_draws_agrees_statistically():
     cfg = PipelineConfig(num_workers=2, transform_s=1.5e-4, compute_s=0.01, prefetch_buffer_size=1,
                          transform_dist="lognormal:1.0", batch_size=32)
-    df = sweep([cfg] * 8, n_items=1500, seed=2)
-    ref = [simulate_reference(cfg, 1500, seed=s)["samples_per_s"] for s in range(3)]
+    df = sweep([cfg] * 8, n_items=2000, seed=2)
+    ref = [simulate_reference(cfg, 2000, seed=s)["samples_per_s"] for s in range(3)]
     se = df.samples_per_s.std(ddof=1)
     assert abs(np.mean(ref) - df.samples_per_s.mean()) < 4 * se * math.sqrt(1 / 3 + 1 / 8)
 
@@ -225,7 +225,7 @@ def test_event_simulator_with_its_own_draws_agrees_statistically():
 # ----------------------------------------------------------------- sweep contracts
 
 def test_sweep_columns_join_with_measured_knob_names():
-    df = sweep({"num_workers": [0, 2], "feed": ["none", "double_buffer"]}, n_items=100)
+    df = sweep({"num_workers": [0, 2], "feed": ["none", "double_buffer"]}, n_items=400)
     for col in ("num_workers", "prefetch_buffer_size", "device_buffer_size", "cpu_buffer_size", "batch_size",
                 "grad_accum_steps", "feed", "precision", "samples_per_s", "steps_per_s", "data_wait_frac",
                 "util_read", "util_transform", "util_transfer", "util_compute", "mean_occupancy_host_buffer",
@@ -243,36 +243,36 @@ def test_sweep_columns_join_with_measured_knob_names():
 def test_a_dataframe_grid_uses_its_config_columns_and_ignores_others():
     rows = pd.DataFrame({"num_workers": [1, 3], "feed": ["double_buffer", "none"], "status": ["ok", "ok"],
                          "samples_per_s": [5.0, 6.0]})
-    df = sweep(rows, n_items=100)
+    df = sweep(rows, n_items=400)
     assert df.num_workers.tolist() == [1, 3] and df.feed.tolist() == ["double_buffer", "none"]
     assert df.samples_per_s.tolist() != [5.0, 6.0]
 
 
 def test_same_seed_same_numbers_and_a_row_does_not_depend_on_its_neighbours():
     grid = {"num_workers": [1, 2, 4], "prefetch_buffer_size": [0, 2]}
-    a = sweep(grid, n_items=200, seed=5)
-    b = sweep(grid, n_items=200, seed=5)
-    c = sweep(grid, n_items=200, seed=6)
+    a = sweep(grid, n_items=400, seed=5)
+    b = sweep(grid, n_items=400, seed=5)
+    c = sweep(grid, n_items=400, seed=6)
     pd.testing.assert_frame_equal(a, b)
     assert not np.allclose(a.samples_per_s, c.samples_per_s)
-    alone = sweep([PipelineConfig(num_workers=1, prefetch_buffer_size=0)], n_items=200, seed=5)
+    alone = sweep([PipelineConfig(num_workers=1, prefetch_buffer_size=0)], n_items=400, seed=5)
     assert alone.samples_per_s[0] == a.samples_per_s[0]  # row 0 alone and in the grid
 
 
 def test_trace_time_to_first_batch_and_first_item_never_waits():
     cfg = PipelineConfig(num_workers=2, transform_s=2e-4, read_latency_s=1e-5)
-    tr = simulate_trace(cfg, 20)
+    tr = simulate_trace(cfg, 60)
     first = tr.iloc[0]
     assert first.compute_start == pytest.approx(first.latency_s + first.read_s + first.transform_s
                                                 + first.transfer_s, rel=1e-12)
-    df = sweep([cfg], n_items=100, dtype="float64")
+    df = sweep([cfg], n_items=400, dtype="float64")
     assert df.time_to_first_batch_s[0] == pytest.approx(first.compute_start, rel=1e-12)
     assert (tr.compute_start.diff().dropna() > 0).all()
 
 
 def test_more_workers_help_a_loader_bound_pipeline_until_compute_binds():
     base = PipelineConfig(transform_s=5e-4, compute_s=0.01, batch_size=64)
-    df = sweep({"num_workers": [1, 2, 4, 8]}, base, n_items=600)
+    df = sweep({"num_workers": [1, 2, 4, 8]}, base, n_items=400)
     s = df.samples_per_s.to_numpy()
     assert s[1] > 1.8 * s[0]                      # 1 -> 2 workers nearly doubles
     assert df.bottleneck.tolist()[:2] == ["transform", "transform"]
@@ -282,10 +282,10 @@ def test_more_workers_help_a_loader_bound_pipeline_until_compute_binds():
 
 def test_jitted_kernel_compiles_once_per_shape():
     grid = {"num_workers": [1, 2], "feed": ["double_buffer"]}
-    sweep(grid, n_items=120)
+    sweep(grid, n_items=400)
     n = maxplus._run._cache_size()
-    sweep(grid, n_items=120, seed=1)
-    sweep({"num_workers": [2, 1], "feed": ["double_buffer"]}, n_items=120)
+    sweep(grid, n_items=400, seed=1)
+    sweep({"num_workers": [2, 1], "feed": ["double_buffer"]}, n_items=400)
     assert maxplus._run._cache_size() == n
 
 
