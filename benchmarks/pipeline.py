@@ -92,12 +92,15 @@ def main(argv=None) -> dict:
     t0 = time.perf_counter()
     first = P.sweep(grid, base, n_items=args.items)
     compile_and_run_s = time.perf_counter() - t0
-    times = []
+    times, cpu = [], []
     for _ in range(args.repeats):
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         df = P.sweep(grid, base, n_items=args.items)
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
     sweep_s = statistics.median(times)
+    cpu_s = statistics.median(cpu)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     sim_items = int(df["sim_items"].iloc[0])
     rate = n_cfg * sim_items / sweep_s
 
@@ -129,6 +132,9 @@ def main(argv=None) -> dict:
         "sweep_s_repeats": times,
         "first_call_s_incl_compile": compile_and_run_s,
         "config_items_per_s": rate,
+        "sweep_cpu_s_median": cpu_s,
+        "config_items_per_cpu_s": n_cfg * sim_items / cpu_s,
+        "load_average_1min": load,
         "python_configs": len(configs),
         "python_s": py_s,
         "python_config_items_per_s": py_rate,
@@ -153,6 +159,8 @@ def main(argv=None) -> dict:
         f"{'pure-Python event simulator':36s}{py_items:>14,d}{py_s:>10.3f}{py_rate:>16.3e}",
         f"ratio JAX / Python: {rate / py_rate:,.0f}x    goal >= 1e8 config-items/s: "
         f"{'met' if rate >= 1e8 else 'NOT met'}",
+        f"CPU time of the sweep: {cpu_s:.2f} s over {sweep_s:.2f} s wall ({n_cfg * sim_items / cpu_s:.3e} "
+        f"config-items per CPU-second; 1-min load average {load:.1f} on {os.cpu_count()} CPUs)",
         f"first sweep call incl. compilation: {compile_and_run_s:.2f} s; timed repeats: "
         + ", ".join(f"{t:.3f}" for t in times) + " s",
         f"agreement on {len(configs)} sampled configs (different random draws): median |rel diff| "

@@ -15,7 +15,8 @@ Stages, in order, as in the measured path (Grain loader → host prefetch → de
    loading is in series with the transfer (and, with ``feed='none'``, with the step).
 3. **batch** — batching is part of the worker's work (its cost belongs in ``transform_s``).
 4. **host buffer** — ``prefetch_buffer_size`` batches (a prefetch thread), plus ``cpu_buffer_size``
-   more when ``feed='grain_device_put'`` (its host-side buffer).
+   more when ``feed='grain_device_put'`` (its host-side buffer; ignored by the other feeds). The
+   sweep reports what was used as ``effective_host_buffer`` and ``effective_device_buffer``.
 5. **transfer** — host→device copy, ``transfer_latency_s + batch_size·device_sample_bytes /
    transfer_bandwidth_Bps`` per batch, by a feed thread; with ``feed='none'`` it runs inside the
    step loop (in series with compute) and there is no device buffer.
@@ -29,7 +30,9 @@ Stages, in order, as in the measured path (Grain loader → host prefetch → de
 Every buffer is finite and blocks its producer when full. Service times have a unit-mean shape
 (:class:`memsim.distributions.Dist`) per stage: ``read_dist`` (per record, applied to the link
 time), ``transform_dist`` (per sample, summed over the batch), ``transfer_dist`` (per batch),
-``compute_dist`` (per micro-batch, summed over the step's micro-batches). The recurrences are in :mod:`memsim.maxplus`.
+``compute_dist`` (per micro-batch, summed over the step's micro-batches). A service time of 0
+switches a stage off (used by the theory tests). The recurrences are in :mod:`memsim.maxplus`;
+``memsim.pipeline_reference`` simulates the same model event by event.
 
 ``sweep`` returns one row per configuration with the same knob names as the measured rows, so
 the two join on them.
@@ -52,7 +55,7 @@ PRECISIONS = ("fp32", "bf16")
 STAGES = ("read", "transform", "transfer", "compute")
 DIST_FIELDS = ("read_dist", "transform_dist", "transfer_dist", "compute_dist")
 
-# field -> (type, lower, lower_inclusive, upper, what to do)
+# integer fields: (lower, upper, what to do); float fields: (lower, lower inclusive, what to do)
 _INT_RULES = {
     "num_workers": (0, 1024, "use 0 (loader in the main process) or a positive worker count"),
     "per_worker_buffer_size": (1, 256, "each worker's output queue holds at least one batch"),

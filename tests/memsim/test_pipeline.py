@@ -325,3 +325,15 @@ def test_bad_distributions_and_grids():
         sweep({"num_workers": [1]}, n_items=5)
     with pytest.raises(ConfigError, match="bandwidth_Bps"):
         PipelineConfig().with_links(read=object())
+
+
+def test_links_from_the_hierarchy_plug_in():
+    from memsim.hierarchy import Link
+
+    pcie = Link("pinned_host", "hbm", 25e9, 10e-6, memory_kind="pinned_host")
+    disk = Link("disk", "ram", 5e8, 1e-4)
+    cfg = PipelineConfig().with_links(read=disk, transfer=pcie)
+    assert (cfg.read_bandwidth_Bps, cfg.read_latency_s) == (5e8, 1e-4)
+    assert (cfg.transfer_bandwidth_Bps, cfg.transfer_latency_s) == (25e9, 10e-6)
+    b = analytic_bounds([cfg]).iloc[0]
+    assert b.serial_bound_samples_per_s < analytic_bounds([PipelineConfig()]).iloc[0].serial_bound_samples_per_s
