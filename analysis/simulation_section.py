@@ -22,7 +22,7 @@ from analysis import sim_plots
 from memsim import cache as cache_lib
 from memsim.distributions import ConfigError
 from memsim.multihost import many_hosts
-from memsim.pipeline import FIELDS, PipelineConfig, simulate_trace, sweep
+from memsim.pipeline import FIELDS, PipelineConfig, _check_scalar, simulate_trace, sweep
 
 HEATMAP_FILE = "sim_throughput_heatmap.png"
 TIMELINE_FILE = "sim_timeline.png"
@@ -35,6 +35,21 @@ EXTRA_KNOBS = ("cpu_buffer_size", "per_worker_buffer_size", "grad_accum_steps", 
 DEFAULT_GRID = {"num_workers": [0, 1, 2, 4, 8], "prefetch_buffer_size": [0, 1, 2, 4, 8],
                 "feed": ["none", "double_buffer", "grain_device_put"]}
 N_ITEMS = 400
+
+
+def _valid(knob: str, values) -> tuple[list, list]:
+    """The values a PipelineConfig accepts for ``knob``, and the rejected ones."""
+    good, bad = [], []
+    for v in values:
+        v = v.item() if isinstance(v, np.generic) else v
+        if isinstance(v, float) and v.is_integer() and knob != "feed":
+            v = int(v)
+        try:
+            _check_scalar(knob, v)
+            good.append(v)
+        except ConfigError:
+            bad.append(v)
+    return good, bad
 
 
 def _median_positive(df: pd.DataFrame, col: str) -> float:
@@ -114,6 +129,14 @@ def _measured_vs_simulated(ok: pd.DataFrame, service: pd.DataFrame, base: Pipeli
     use = [k for k in knobs + list(EXTRA_KNOBS) if k in ok]
     if not use or "samples_per_s" not in ok:
         return "", None
+    keep = np.ones(len(ok), bool)
+    for k in use:  # rows holding a value the model rejects are left out (and counted)
+        _, bad = _valid(k, ok[k].dropna().unique().tolist())
+        keep &= ~ok[k].isin(bad).to_numpy()
+    skipped = int((~keep).sum())
+    ok, service = ok[keep].reset_index(drop=True), service[keep].reset_index(drop=True)
+    if not len(ok):
+        return "", None
     grid = ok[use].copy()
     for col in ("transform_s", "compute_s", "record_bytes", "device_sample_bytes"):
         if col in service:
@@ -135,7 +158,8 @@ def _measured_vs_simulated(ok: pd.DataFrame, service: pd.DataFrame, base: Pipeli
     comp["simulated wait"] = sim["data_wait_frac"].to_numpy()
     comp["bottleneck"] = sim["bottleneck"].to_numpy()
     med = float(np.nanmedian(np.abs(comp["rel error"])))
-    text = (f"Simulating each of the {len(comp)} measured configurations with its own measured "
+    text = (f"{skipped} measured row(s) with values the model does not know were left out. " if skipped else "")
+    text += (f"Simulating each of the {len(comp)} measured configurations with its own measured "
             f"service times gives a median |relative error| in samples/s of {med:.0%} "
             f"(uncalibrated: transfer link, queueing and distribution shapes are defaults; a later "
             f"stage calibrates them).\n\n")
@@ -173,7 +197,16 @@ def simulation_section(measured: pd.DataFrame | None, out_dir: Path) -> str:
     service, notes = _row_service(ok) if len(ok) else (pd.DataFrame(), [])
     base = _base(service, ok)
 
-    knobs = [k for k in SECTION_KNOBS if k in ok and ok[k].notna().any()]
+    knobs, rejected = [], {}
+    grid = {}
+    for k in SECTION_KNOBS:
+        if k in ok and ok[k].notna().any():
+            good, bad = _valid(k, sorted(ok[k].dropna().unique().tolist(), key=str))
+            if bad:
+                rejected[k] = bad
+            if good:
+                knobs.append(k)
+                grid[k] = good
     lines = ["## Simulation", ""]
     lines.append("The pipeline model (`memsim.pipeline`: read → transform in worker processes → host "
                  "prefetch buffer → host→device transfer → device buffer → step, finite buffers that "
@@ -182,9 +215,11 @@ def simulation_section(measured: pd.DataFrame | None, out_dir: Path) -> str:
                  "discarded, errors by batch means).")
     lines.append("")
     if len(ok) and knobs:
-        grid = {k: sorted(ok[k].dropna().unique().tolist(), key=str) for k in knobs}
         lines.append("Simulated grid: the knob values the study measured — "
                      + ", ".join(f"`{k}` ∈ {{{', '.join(map(str, v))}}}" for k, v in grid.items()) + ".")
+        if rejected:
+            lines.append("Measured values the model does not know were left out: "
+                         + "; ".join(f"`{k}` = {', '.join(map(repr, v))}" for k, v in rejected.items()) + ".")
     else:
         grid = dict(DEFAULT_GRID)
         why = "no measured rows" if not len(ok) else "the measured rows name none of the pipeline knobs"
@@ -208,7 +243,12 @@ def simulation_section(measured: pd.DataFrame | None, out_dir: Path) -> str:
         if text:
             lines += ["### Measured configurations, simulated", "", text]
 
-    sim = sweep(grid, base, n_items=N_ITEMS)
+    try:
+        sim = sweep(grid, base, n_items=N_ITEMS)
+    except ConfigError as e:  # e.g. a measured batch size the base's grad_accum_steps does not divide
+        lines += [f"The measured grid could not be simulated ({e}); the default grid is used instead.", ""]
+        grid = dict(DEFAULT_GRID)
+        sim = sweep(grid, base, n_items=N_ITEMS)
     sim.to_csv(out_dir / SWEEP_CSV, index=False)
     x = "num_workers" if sim["num_workers"].nunique() > 1 or "num_workers" in grid else "feed"
     y = "prefetch_buffer_size"

@@ -85,3 +85,14 @@ def test_section_without_measurements_says_it_uses_defaults(tmp_path):
     assert all(is_png(tmp_path / f) for f in _linked_files(md))
     with pytest.raises(TypeError, match="DataFrame"):
         simulation_section([1, 2], tmp_path)
+
+
+def test_section_survives_odd_measured_values(tmp_path):
+    m = measured_rows()
+    m.loc[0, "feed"] = "pinned_prefetch"        # a feed the model does not know
+    m.loc[1, "num_workers"] = np.nan            # a missing knob value
+    m = m.drop(columns=["device_resident_step_median_s", "image_size"])
+    md = simulation_section(m, tmp_path)
+    assert "'pinned_prefetch'" in md and "left out" in md
+    assert "1 measured row(s)" in md and "Measured configurations, simulated" in md
+    assert all(is_png(tmp_path / f) for f in _linked_files(md))
