@@ -22,7 +22,8 @@ How the search runs:
 3. **Polish, float64.** The ``polish_k`` best starts of each resample are refined in float64
    to tight tolerances; the best polished point is the fit.
 4. **Agreement.** A start "reached the best" when its float32 search ended within
-   ``reach_rtol`` (relative) of the polished best objective.
+   ``reach_rtol`` (relative) of the polished best objective, or below the objective of
+   residuals of δ/1000 on every row (exact data fit to ~0, which float32 cannot resolve).
 
 Log-sum-exp is evaluated stably: shifted by its largest term per row, with terms more than
 e^-60 below it clamped there (a relative change of at most 3e-26, and no denormals).
@@ -170,18 +171,21 @@ def resample_rows(z: np.ndarray, y: np.ndarray, counts: np.ndarray, dtype) -> di
         dtype: numpy dtype of the result.
 
     Returns:
-        ``dict(z=(R, K, m), y=(R, m), w=(R, m))`` with m the most distinct rows any resample has.
+        ``dict(z=(R, K, m), y=(R, m), w=(R, m))`` with m the most distinct rows any resample
+        has, rounded up to a multiple of 16 (zero-weight padding), so that different seeds and
+        tables of similar size share one compiled shape.
 
     Example:
         >>> r = resample_rows(np.array([[0.0, 1.0, 2.0]]), np.array([5.0, 6.0, 7.0]),
         ...                   np.array([[0, 2, 1], [3, 0, 0]]), np.float64)
-        >>> r["y"].tolist(), r["w"].tolist()
-        ([[6.0, 7.0], [5.0, 0.0]], [[2.0, 1.0], [3.0, 0.0]])
+        >>> r["y"].shape, r["y"][:, :2].tolist(), r["w"][:, :2].tolist(), float(r["w"][:, 2:].sum())
+        ((2, 16), [[6.0, 7.0], [5.0, 0.0]], [[2.0, 1.0], [3.0, 0.0]], 0.0)
     """
     counts = np.asarray(counts)
     n_res = counts.shape[0]
     k = z.shape[0]
     m = int((counts > 0).sum(axis=1).max())
+    m = -(-m // 16) * 16
     out_z = np.zeros((n_res, k, m), dtype)
     out_y = np.zeros((n_res, m), dtype)
     out_w = np.zeros((n_res, m), dtype)
@@ -272,7 +276,10 @@ def search(
     best = np.argmin(pf, axis=1)
     idx = np.arange(n_res)
     best_f = pf[idx, best]
-    at_best = f32 <= best_f[:, None] * (1.0 + reach_rtol)
+    # Floor: the objective of residuals of delta/1000 on every row. Exact data (a law without
+    # noise) fit to ~0, where the float32 search bottoms out at its rounding, not at 0.
+    floor = counts.sum(axis=1) * 0.5 * (1e-3 * delta) ** 2
+    at_best = f32 <= best_f[:, None] * (1.0 + reach_rtol) + floor[:, None]
     return SearchResult(
         raw=st.to_raw(polished.x[idx, best]),
         objective=best_f,

@@ -45,9 +45,19 @@ def _log_model(theta, log_k):
     return -jnp.logaddexp(-s * (log_r + log_k), -s * log_c) / s
 
 
-def _sse(theta, log_k, log_y):
+def _sse(theta, log_k, log_y, w):
     r = log_y - _log_model(theta, log_k)
-    return jnp.sum(r * r)
+    return jnp.sum(w * r * r)
+
+
+_TOL = bl.Tolerances(gtol=1e-12, ftol=1e-15, max_iter=2000)
+
+
+@jax.jit
+def _solve(starts, log_k, log_y, w):
+    """L-BFGS from every start (rows padded with zero weight to a multiple of 16, so sweeps of
+    similar length share one compiled program)."""
+    return bl.minimize(jax.value_and_grad(lambda t: _sse(t, log_k, log_y, w)), starts, tol=_TOL)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,16 +184,16 @@ def fit_throughput(
         grid.append(np.log([0.5, 1.0, 2.0, 4.0, 8.0]))
     starts = np.stack([m.ravel() for m in np.meshgrid(*grid, indexing="ij")], axis=1)
 
+    m = -(-n // 16) * 16
+    pad = lambda v: np.pad(v, (0, m - n))  # noqa: E731
     with jax.enable_x64(True):
-        lk, ly = jnp.asarray(log_k), jnp.asarray(log_y)
-        vg = jax.value_and_grad(lambda t: _sse(t, lk, ly))
-        res = jax.jit(lambda x0: bl.minimize(vg, x0, tol=bl.Tolerances(gtol=1e-12, ftol=1e-15, max_iter=2000)))(
-            jnp.asarray(starts)
-        )
+        res = _solve(jnp.asarray(starts), jnp.asarray(pad(log_k)), jnp.asarray(pad(log_y)),
+                     jnp.asarray(pad(np.ones(n))))
         f = np.where(np.isfinite(np.asarray(res.f)), np.asarray(res.f), np.inf)
         theta = np.asarray(res.x)[int(np.argmin(f))]
+        lk = jnp.asarray(log_k)
         jac = np.asarray(jax.jacfwd(lambda t: _log_model(t, lk))(jnp.asarray(theta)))
-        rss = float(_sse(jnp.asarray(theta), lk, ly))
+        rss = float(_sse(jnp.asarray(theta), lk, jnp.asarray(log_y), 1.0))
     dof = n - p
     names = ["slope", "ceiling"] + (["sharpness"] if p == 3 else [])
     values = np.exp(theta)

@@ -1,0 +1,171 @@
+"""The "## Scaling" section of a study report: a Chinchilla fit of a rows table, in Markdown.
+
+:func:`scaling_section` fits L(N, D) = E + A/N^α + B/D^β to the rows (Hoffmann et al. 2022,
+Approach 3, via ``analysis.scaling``), writes the three figures of ``analysis.scaling_plots``
+into ``out_dir`` and returns Markdown with the parameter table, fit statistics, the
+compute-optimal allocation and links to the figures by file name. It is meant for the small
+tables of a quick scaling run (10-20 rows): it uses a smaller bootstrap than the CLI by default
+(``SECTION_BOOTSTRAP`` resamples) and says so, and it warns when the rows are few for five
+parameters.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import pandas as pd
+
+from analysis import scaling, scaling_plots
+
+#: Bootstrap resamples used by the section (the CLI and ``fit_chinchilla`` default to 1,000).
+SECTION_BOOTSTRAP = 100
+_FEW_ROWS_PER_PARAM = 4
+
+
+def _md_table(df: pd.DataFrame) -> str:
+    head = "| " + " | ".join(map(str, df.columns)) + " |"
+    rule = "|" + "|".join("---" for _ in df.columns) + "|"
+    body = ["| " + " | ".join(map(str, row)) + " |" for row in df.itertuples(index=False)]
+    return "\n".join([head, rule, *body])
+
+
+def _interval(lo: float, hi: float, fmt: str = ".4g") -> str:
+    return "–" if not (np.isfinite(lo) and np.isfinite(hi)) else f"[{lo:{fmt}}, {hi:{fmt}}]"
+
+
+def scaling_section(
+    rows: pd.DataFrame,
+    out_dir: pathlib.Path,
+    n: str = "params",
+    d: str = "tokens",
+    loss: str = "val_loss",
+    *,
+    bootstrap: int = SECTION_BOOTSTRAP,
+    seed: int = 0,
+    drop_highest_loss: int = 0,
+) -> str:
+    """Fit the rows and return a Markdown "## Scaling" section; figures go to ``out_dir``.
+
+    Args:
+        rows: one row per trained model (e.g. the rows CSV of a scaling run, read by pandas).
+        out_dir: folder for the figures (created if missing); the Markdown links them by file
+            name, so write the report into the same folder.
+        n: column of the parameter count N.
+        d: column of the training tokens D.
+        loss: column of the loss.
+        bootstrap: resamples for the intervals (default 100, for speed; 0: none).
+        seed: seed of the bootstrap.
+        drop_highest_loss: drop this many highest-loss rows first (reported).
+
+    Returns:
+        The section, starting with ``## Scaling``.
+
+    Raises:
+        analysis.fit_input.FitInputError: the rows cannot be fitted (the message names the
+            column and rows).
+
+    Example:
+        >>> import tempfile
+        >>> N, D = (a.ravel() for a in np.meshgrid([1e6, 3e6, 1e7, 3e7], [2e7, 1e8, 5e8]))
+        >>> rows = pd.DataFrame({"params": N, "tokens": D, "val_loss": 1.69 + 406.4 / N**0.34 + 410.7 / D**0.28})
+        >>> md = scaling_section(rows, pathlib.Path(tempfile.mkdtemp()), bootstrap=0)
+        >>> md.splitlines()[0], "scaling_frontier.png" in md
+        ('## Scaling', True)
+    """
+    out_dir = pathlib.Path(out_dir)
+    fit = scaling.fit_chinchilla(
+        rows, n=n, d=d, loss=loss, bootstrap=bootstrap, seed=seed, drop_highest_loss=drop_highest_loss
+    )
+    st = fit.stats.iloc[0]
+    lines = [
+        "## Scaling",
+        "",
+        f"Fit of `{fit.formula}` to {int(st['n'])} runs (N = `{n}`, D = `{d}`, loss = `{loss}`) by "
+        "Hoffmann et al. (2022) Approach 3: log-loss predicted as LSE(a − α·log N, b − β·log D, e), "
+        f"sum of Huber losses (δ = {st['huber_delta']:g}), L-BFGS from all {int(st['n_starts'])} grid starts; "
+        f"{int(st['n_at_best'])} of them reached the best fit. Outliers: {fit.outlier_note()}.",
+        "",
+    ]
+    if int(st["n"]) < _FEW_ROWS_PER_PARAM * int(st["n_params"]):
+        lines += [
+            f"> **Few rows:** {int(st['n'])} rows for {int(st['n_params'])} parameters. The law passes close "
+            "to the points, but E, A and B trade off against the exponents: read the intervals, not the "
+            "point values, and do not extrapolate far.",
+            "",
+        ]
+    table = pd.DataFrame(
+        {
+            "param": fit.params["param"],
+            "value": [f"{v:.4g}" for v in fit.params["value"]],
+            "stderr": ["–" if np.isnan(v) else f"{v:.3g}" for v in fit.params["stderr"]],
+            f"{fit.options['ci']:.0%} interval": [
+                _interval(lo, hi) for lo, hi in zip(fit.params["ci_low"], fit.params["ci_high"])
+            ],
+        }
+    )
+    lines += [_md_table(table), ""]
+    lines += [
+        f"Fit statistics: RMSE of log-loss {st['rmse_log']:.4g}, R² of log-loss {st['r2_log']:.4f}, "
+        f"objective {st['objective']:.4g}.",
+        "",
+    ]
+    if int(st["n_bootstrap"]):
+        lines += [
+            f"Uncertainty: {int(st['n_bootstrap'])} bootstrap resamples of the rows (seed {seed}), each refitted "
+            f"from all {int(st['n_starts'])} starts — fewer than the 1,000 of the command line, to keep the "
+            "report quick; `python -m analysis scaling ROWS.csv --bootstrap 1000` gives the full intervals.",
+            "",
+        ]
+    else:
+        lines += ["Uncertainty: not computed (bootstrap=0).", ""]
+
+    lines += ["### Compute-optimal allocation (C ≈ 6·N·D)", ""]
+    c_runs = 6.0 * fit.data[n].to_numpy(float) * fit.data[d].to_numpy(float)
+    budgets = np.unique(np.r_[10.0 ** np.round(np.log10([c_runs.min(), np.sqrt(c_runs.min() * c_runs.max()), c_runs.max()]), 1),
+                              10.0 ** np.round(np.log10(c_runs.max()) + 2)])
+    try:
+        opt = scaling.compute_optimal(fit, budgets)
+    except ValueError as exc:
+        lines += [f"Not available: {exc}", ""]
+        opt = None
+    if opt is not None:
+        ex = opt.exponents.set_index("param")
+        a, b = ex.loc["a"], ex.loc["b"]
+        lines += [
+            f"N_opt ∝ C^a with a = β/(α+β) = {a['value']:.3f} {_interval(a['ci_low'], a['ci_high'], '.3f')}; "
+            f"D_opt ∝ C^b with b = α/(α+β) = {b['value']:.3f} {_interval(b['ci_low'], b['ci_high'], '.3f')} "
+            "(Chinchilla reported a ≈ b ≈ 0.5).",
+            "",
+        ]
+        fr = opt.frontier
+        has_ci = "n_opt_low" in fr
+        tab = pd.DataFrame(
+            {
+                "C (FLOPs)": [f"{v:.2g}" for v in fr["flops"]],
+                "N_opt": [f"{v:.3g}" for v in fr["n_opt"]],
+                "D_opt": [f"{v:.3g}" for v in fr["d_opt"]],
+                "tokens/param": [f"{v:.3g}" for v in fr["tokens_per_param"]],
+                "loss": [f"{v:.4g}" for v in fr["loss_opt"]],
+            }
+        )
+        if has_ci:
+            tab["N_opt interval"] = [_interval(lo, hi, ".3g") for lo, hi in zip(fr["n_opt_low"], fr["n_opt_high"])]
+        lines += [
+            _md_table(tab),
+            "",
+            "The first three budgets span the runs; the last extrapolates 100× beyond the largest.",
+            "",
+        ]
+    figs = (
+        scaling_plots.write_figures(fit, out_dir)
+        if opt is not None
+        else {"loss_vs_n": scaling_plots.plot_loss_vs_n(fit, out_dir / scaling_plots.FIGURES["loss_vs_n"])}
+    )
+    captions = {
+        "loss_vs_n": "Loss against N per D, fitted law",
+        "isoflop": "IsoFLOP curves of the fitted law",
+        "frontier": "Compute-optimal frontier with its bootstrap band",
+    }
+    lines += [f"![{captions[k]}]({p.name})" for k, p in figs.items()]
+    return "\n".join(lines) + "\n"

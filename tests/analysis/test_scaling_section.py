@@ -1,0 +1,49 @@
+"""The "## Scaling" report section on the small table of a quick scaling run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis import scaling_plots
+from analysis.fit_input import FitInputError
+from analysis.scaling_section import SECTION_BOOTSTRAP, scaling_section
+
+
+def quick_run_rows(seed: int = 0) -> pd.DataFrame:
+    """15 rows like a quick scaling run: 5 model sizes x 3 token budgets, 2% noise."""
+    n, d = (a.ravel() for a in np.meshgrid(np.geomspace(2e5, 6e6, 5), [2e6, 8e6, 3.2e7]))
+    loss = (1.69 + 406.4 / n**0.34 + 410.7 / d**0.28) * np.exp(np.random.default_rng(seed).normal(0, 0.02, n.size))
+    return pd.DataFrame({"params": n, "tokens": d, "val_loss": loss, "model": [f"m{i}" for i in range(n.size)]})
+
+
+def test_section_on_a_small_table(tmp_path):
+    md = scaling_section(quick_run_rows(), tmp_path, bootstrap=8)
+    lines = md.splitlines()
+    assert lines[0] == "## Scaling"
+    assert "15 runs" in md and "Few rows" in md  # warns: 15 rows for 5 parameters
+    assert "8 bootstrap resamples" in md and "fewer than the 1,000" in md
+    assert "| param | value | stderr | 95% interval |" in md
+    assert "### Compute-optimal allocation" in md and "a = β/(α+β)" in md
+    for name in scaling_plots.FIGURES.values():
+        assert f"]({name})" in md  # linked by file name
+        assert (tmp_path / name).stat().st_size > 10_000
+    table = [l for l in lines if l.startswith("| alpha")]
+    assert len(table) == 1 and "[" in table[0]  # an interval, not a dash
+
+
+def test_section_says_when_there_is_no_bootstrap(tmp_path):
+    md = scaling_section(quick_run_rows(), tmp_path, bootstrap=0)
+    assert "Uncertainty: not computed (bootstrap=0)." in md
+
+
+def test_section_defaults_to_a_reduced_bootstrap():
+    assert 0 < SECTION_BOOTSTRAP < 1000
+
+
+def test_section_raises_on_bad_rows(tmp_path):
+    rows = quick_run_rows()
+    rows.loc[4, "val_loss"] = np.nan
+    with pytest.raises(FitInputError, match=r"'val_loss' has NaN at rows \[4\]"):
+        scaling_section(rows, tmp_path)
