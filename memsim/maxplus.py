@@ -40,9 +40,10 @@ the kernel returns sums of busy, blocked and buffered times and the time the chu
 finished computing; :mod:`memsim.pipeline` turns them into rates, fractions, occupancies and
 batch-means errors. Blocks of about 2048 lanes keep one item's working set in the CPU caches.
 
-Cost on the 2-vCPU development VM: about 3 ns per configuration-item for deterministic stages
-with wide tiles, plus about 2.5 ns per stochastic stage (lognormal) and about 2 ns per ring read
-per lane; ``python -m benchmarks.pipeline`` measures it.
+Cost on the 2-vCPU development VM (CPU time per configuration-item): about 3.5 ns for
+deterministic stages with wide tiles, plus 3–4 ns per lognormal stage, about 1.7 ns for a ring
+read per lane by a gather (under 1 ns by selects for rings of up to 8 slots); tiles narrower than
+a few hundred lanes cost more per lane. ``python -m benchmarks.pipeline`` measures the whole sweep.
 
 References: Baccelli, Cohen, Olsder & Quadrat, *Synchronization and Linearity* (1992), ch. 7
 (max-plus models of queues in tandem with blocking); Dallery & Gershwin, *Manufacturing flow
@@ -191,7 +192,9 @@ def _step(tile: Tile, lat, state, lagged, service, *, coupled, acc_names):
     return (le, taken, td, cd), (wq, taken, ts, cs), terms, times
 
 
-LANE_RING_MAX = 16  # rings up to this size are read per lane (a select over the ring)
+LANE_RING_MAX = 16  # rings up to this size are read per lane
+MIN_RING = 8
+SELECT_MAX = 8  # per-lane rings up to this size are read by selects, larger ones by a gather
 
 
 def _ring_read(ring, j, lag, per_lane: bool):
@@ -204,6 +207,11 @@ def _ring_read(ring, j, lag, per_lane: bool):
     size = ring.shape[1]
     if per_lane:
         idx = jnp.remainder(j - lag, size)
+        if size <= SELECT_MAX:  # a few selects beat a gather
+            out = ring[:, 0, :]
+            for r in range(1, size):
+                out = jnp.where(idx == r, ring[:, r, :], out)
+            return out
         return jnp.take_along_axis(ring, idx[:, None, :], axis=1)[:, 0, :]
     idx = jnp.remainder(j - lag[:, 0], size)
     return jnp.take_along_axis(ring, idx[:, None, None], axis=1)[:, 0, :]
@@ -293,12 +301,12 @@ def _run(lane_f, stream, tile_i, tile_b, tables, seed_key, *, samplers, n_chunks
 def ring_layout(tile: dict) -> tuple:
     """((size, per_lane), ...) for the four rings, from the largest lag of each.
 
-    Sizes are powers of two, at least ``LANE_RING_MAX`` (so that small sweeps share one compiled
-    layout); rings of that size are read per lane.
+    Sizes are powers of two, at least ``MIN_RING`` (so that small sweeps share few compiled
+    layouts); rings up to ``LANE_RING_MAX`` slots are read per lane.
     """
     out = []
     for k in _INT_TILE:
-        size = max(_pow2(int(np.max(tile[k]))), LANE_RING_MAX)
+        size = max(_pow2(int(np.max(tile[k]))), MIN_RING)
         out.append((size, size <= LANE_RING_MAX))
     return tuple(out)
 
