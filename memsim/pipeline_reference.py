@@ -58,7 +58,7 @@ def draw_services(config, n_items: int, seed: int = 0) -> dict:
 
 
 def simulate_reference(config, n_items: int = 2000, seed: int = 0, services: dict | None = None,
-                       warmup_frac: float = 0.2) -> dict:
+                       warmup_frac: float = 0.2, batches: int = 8) -> dict:
     """Simulates one configuration event by event.
 
     Args:
@@ -68,10 +68,12 @@ def simulate_reference(config, n_items: int = 2000, seed: int = 0, services: dic
         services: optional per-item service times ``lat, R, X, T, C`` (lists or arrays of length
             ``n_items``), e.g. from ``simulate_trace``, to replay exactly.
         warmup_frac: leading fraction of items left out of ``items_per_s``.
+        batches: batches of the batch-means error of ``samples_per_s``.
 
     Returns:
         dict: per-item times (``TIME_NAMES``, numpy arrays), ``items_per_s``,
-        ``samples_per_s``, ``data_wait_frac`` and ``events`` (number of events processed).
+        ``samples_per_s`` (with ``samples_per_s_stderr``), ``data_wait_frac`` and ``events``
+        (number of events processed).
 
     Example:
         >>> from memsim.pipeline import PipelineConfig
@@ -261,5 +263,13 @@ def simulate_reference(config, n_items: int = 2000, seed: int = 0, services: dic
     out["items_per_s"] = (n - warm) / span if span > 0 else math.inf
     out["samples_per_s"] = out["items_per_s"] * d["b"]
     out["data_wait_frac"] = 1.0 - busy / span if span > 0 else 0.0
+    # batch means over `batches` equal groups of the measured items (as memsim.pipeline does)
+    edges = np.linspace(warm - 1, n - 1, batches + 1).round().astype(int)
+    durs = np.diff(cd[edges])
+    cnt = np.diff(edges).astype(float)
+    rate = cnt.sum() / durs.sum()
+    resid = cnt - rate * durs
+    se = math.sqrt(float(np.sum(resid**2)) / (batches * (batches - 1))) / durs.mean()
+    out["samples_per_s_stderr"] = se * d["b"]
     out["events"] = events
     return out
