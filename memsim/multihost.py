@@ -69,8 +69,15 @@ def many_hosts(config: PipelineConfig, hosts: Sequence[int] = DEFAULT_HOSTS, *, 
     n = np.asarray(todo, dtype=np.float64)
     one = r.iloc[0]
     eff = r["steps_per_s"] / one["steps_per_s"]
-    rel = np.sqrt((r["steps_per_s_stderr"] / r["steps_per_s"]) ** 2
-                  + (one["steps_per_s_stderr"] / one["steps_per_s"]) ** 2)
+    # paired batch means: host 0 draws the same numbers for every N (common random numbers), so
+    # the error of the ratio comes from the per-batch ratio of durations, not two independent errors
+    warm = raw["layout"][0]
+    ends = raw["ends"][lead].astype(np.float64)
+    dur = np.diff(np.concatenate([np.zeros((len(lead), 1)), ends], axis=1), axis=1)[:, warm:]
+    d1 = dur[0]
+    m = dur.shape[1]
+    resid = d1[None, :] - eff.to_numpy()[:, None] * dur
+    eff_se = np.sqrt((resid**2).sum(1) / (m * (m - 1))) / dur.mean(1)
     out = pd.DataFrame({
         "hosts": np.asarray(todo),
         "samples_per_s": r["samples_per_s"] * n,
@@ -83,7 +90,7 @@ def many_hosts(config: PipelineConfig, hosts: Sequence[int] = DEFAULT_HOSTS, *, 
         "samples_per_s_stderr": r["samples_per_s_stderr"] * n,
         "steps_per_s_stderr": r["steps_per_s_stderr"],
         "data_wait_frac_stderr": r["data_wait_frac_stderr"],
-        "efficiency_stderr": np.where(np.asarray(todo) == 1, 0.0, eff * rel),
+        "efficiency_stderr": eff_se,
         "bottleneck": r["bottleneck"],
     })
     out = out[out["hosts"].isin(hosts)].reset_index(drop=True)
