@@ -436,7 +436,9 @@ def fit_chinchilla(
     )
 
 
-def bootstrap(fit: ScalingFit, n_resamples: int = 1000, seed: int = 0, ci: float = 0.95) -> ScalingFit:
+def bootstrap(
+    fit: ScalingFit, n_resamples: int = 1000, seed: int = 0, ci: float = 0.95, *, compile_only: bool = False
+) -> ScalingFit | None:
     """Refit ``fit`` on row resamples and attach standard errors and percentile intervals.
 
     Each resample draws as many rows as the fit used, with replacement (``numpy`` generator
@@ -449,6 +451,8 @@ def bootstrap(fit: ScalingFit, n_resamples: int = 1000, seed: int = 0, ci: float
         n_resamples: number of resamples (at least 2).
         seed: seed of the resampling.
         ci: interval coverage.
+        compile_only: only compile the programs these resamples need, return None (lets a
+            benchmark keep compilation out of its timings).
 
     Returns:
         A copy of ``fit`` with ``params`` intervals, ``bootstrap_params`` and
@@ -460,7 +464,9 @@ def bootstrap(fit: ScalingFit, n_resamples: int = 1000, seed: int = 0, ci: float
         raise ValueError(f"ci must be in (0, 1), got {ci}")
     counts = resample_counts(len(fit.data), n_resamples, seed)
     log_x, log_y = _fit_arrays(fit)
-    res = ss.search(log_x, log_y, fit.starts, counts, delta=fit.options["huber_delta"])
+    res = ss.search(log_x, log_y, fit.starts, counts, delta=fit.options["huber_delta"], compile_only=compile_only)
+    if compile_only:
+        return None
     names = list(fit.params["param"])
     samples = pd.DataFrame(_natural(fit.law, res.raw), columns=names)
     samples["objective"] = res.objective

@@ -18,7 +18,9 @@ How the search runs:
    every grid start is the same point and every optimum the same optimum, but c and α are no
    longer nearly collinear (log N ≈ 20 ± 2), which cuts the iterations L-BFGS needs.
 2. **Search, float32.** Every start of every resample runs in ``analysis.multistart`` (one
-   vmapped L-BFGS lane per start, float32, relative ``ftol`` 1e-6).
+   vmapped L-BFGS lane per start, float32, relative ``ftol`` 1e-6, at most 300 iterations:
+   the few starts that crawl longer are heading for poor local optima and are reported as not
+   converged).
 3. **Polish, float64.** The ``polish_k`` best starts of each resample are refined in float64
    to tight tolerances; the best polished point is the fit.
 4. **Agreement.** A start "reached the best" when its float32 search ended within
@@ -236,7 +238,7 @@ def search(
         reach_rtol: relative objective tolerance for counting starts that reached the best.
         search_tol: stopping tests of the float32 search.
         lanes: L-BFGS runs in flight at once (see ``analysis.multistart``).
-        compile_only: compile the float32 search for these shapes and return None.
+        compile_only: compile the search and the polish for these shapes and return None.
 
     Returns:
         A :class:`SearchResult`.
@@ -248,29 +250,28 @@ def search(
     counts = np.asarray(counts)
     n_res = counts.shape[0]
     internal = st.to_internal(np.asarray(starts_raw, np.float64))
+    k = min(polish_k, internal.shape[0])
     with jax.enable_x64(True):
+        rows32 = resample_rows(z, log_y, counts, np.float32)
+        rows64 = resample_rows(z, log_y, counts, np.float64)
+        shared32 = dict(delta=jnp.asarray(delta, jnp.float32))
+        shared64 = dict(delta=jnp.asarray(delta, jnp.float64))
+        polish_lanes = min(n_res * k, 1024)
         found = multistart.minimize_many(
-            lse_huber,
-            internal.astype(np.float32),
-            resample_rows(z, log_y, counts, np.float32),
-            dict(delta=jnp.asarray(delta, jnp.float32)),
-            tol=search_tol,
-            lanes=lanes,
+            lse_huber, internal.astype(np.float32), rows32, shared32, tol=search_tol, lanes=lanes,
             compile_only=compile_only,
         )
         if compile_only:
+            multistart.minimize_many(
+                lse_huber, np.zeros((n_res, k, internal.shape[1])), rows64, shared64, tol=POLISH_TOL,
+                lanes=polish_lanes, compile_only=True,
+            )
             return None
         f32 = np.where(np.isfinite(found.f), found.f, np.inf).astype(np.float64)
-        k = min(polish_k, internal.shape[0])
         top = np.argsort(f32, axis=1, kind="stable")[:, :k]  # (R, k)
         cand = np.take_along_axis(found.x.astype(np.float64), top[:, :, None], axis=1)
         polished = multistart.minimize_many(
-            lse_huber,
-            cand,
-            resample_rows(z, log_y, counts, np.float64),
-            dict(delta=jnp.asarray(delta, jnp.float64)),
-            tol=POLISH_TOL,
-            lanes=min(n_res * k, 1024),
+            lse_huber, cand, rows64, shared64, tol=POLISH_TOL, lanes=polish_lanes
         )
     pf = np.where(np.isfinite(polished.f), polished.f, np.inf)
     best = np.argmin(pf, axis=1)
