@@ -353,7 +353,7 @@ def fit_power_law(
             rows, fewer than 2 distinct x.
 
     Example:
-        >>> x = np.geomspace(1e6, 1e9, 12)
+        >>> x = np.geomspace(1e6, 1e9, 40)
         >>> df = pd.DataFrame({"params": x, "loss": 1.5 + 40.0 * x ** -0.3})
         >>> fit = fit_power_law(df, x="params", y="loss", bootstrap=0)
         >>> [round(fit.value(p), 3) for p in ("L_inf", "k", "alpha")]
@@ -416,7 +416,7 @@ def fit_chinchilla(
             fewer rows than parameters, fewer than 2 distinct N or D.
 
     Example:
-        >>> N, D = (a.ravel() for a in np.meshgrid(np.geomspace(1e7, 1e10, 6), np.geomspace(1e9, 1e12, 5)))
+        >>> N, D = (a.ravel() for a in np.meshgrid(np.geomspace(1e7, 1e10, 8), np.geomspace(1e9, 1e12, 6)))
         >>> df = pd.DataFrame({"params": N, "tokens": D, "loss": 1.69 + 406.4 / N**0.34 + 410.7 / D**0.28})
         >>> fit = fit_chinchilla(df, loss="loss", bootstrap=0)
         >>> {k: round(v, 2) for k, v in fit.values.items()}
