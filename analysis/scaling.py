@@ -377,7 +377,7 @@ def fit_chinchilla(
     df: pd.DataFrame,
     n: str = "params",
     d: str = "tokens",
-    loss: str = "loss",
+    loss: str = "val_loss",
     *,
     bootstrap: int = 1000,
     seed: int = 0,
@@ -417,8 +417,8 @@ def fit_chinchilla(
 
     Example:
         >>> N, D = (a.ravel() for a in np.meshgrid(np.geomspace(1e7, 1e10, 8), np.geomspace(1e9, 1e12, 6)))
-        >>> df = pd.DataFrame({"params": N, "tokens": D, "loss": 1.69 + 406.4 / N**0.34 + 410.7 / D**0.28})
-        >>> fit = fit_chinchilla(df, loss="loss", bootstrap=0)
+        >>> df = pd.DataFrame({"params": N, "tokens": D, "val_loss": 1.69 + 406.4 / N**0.34 + 410.7 / D**0.28})
+        >>> fit = fit_chinchilla(df, bootstrap=0)
         >>> {k: round(v, 2) for k, v in fit.values.items()}
         {'E': 1.69, 'A': 406.4, 'B': 410.7, 'alpha': 0.34, 'beta': 0.28}
     """

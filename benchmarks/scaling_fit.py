@@ -127,12 +127,12 @@ def main(argv: list[str] | None = None) -> dict:
 
     # 1. the fit
     t0 = time.perf_counter()
-    fit = scaling.fit_chinchilla(df, bootstrap=0)
+    fit = scaling.fit_chinchilla(df, loss="loss", bootstrap=0)
     first = time.perf_counter() - t0
     times = []
     for _ in range(args.repeats):
         t0 = time.perf_counter()
-        fit = scaling.fit_chinchilla(df, bootstrap=0)
+        fit = scaling.fit_chinchilla(df, loss="loss", bootstrap=0)
         times.append(time.perf_counter() - t0)
     fit_s = statistics.median(times)
 
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     # 4. reproduction of the published parameters from exact data
     exact = isoflop_table(args.points, noise=0.0, seed=args.seed)
-    repro = scaling.fit_chinchilla(exact, bootstrap=0)
+    repro = scaling.fit_chinchilla(exact, loss="loss", bootstrap=0)
     rel_err = {k: abs(repro.value(k) - v) / v for k, v in PUBLISHED.items()}
 
     # 3. the bootstrap

@@ -30,7 +30,7 @@ def chinchilla_table(noise: float = 0.0, seed: int = 0) -> pd.DataFrame:
     p = CHINCHILLA
     loss = p["E"] + p["A"] / n ** p["alpha"] + p["B"] / d ** p["beta"]
     loss = loss * np.exp(np.random.default_rng(seed).normal(0.0, noise, loss.size))
-    return pd.DataFrame({"params": n, "tokens": d, "loss": loss})
+    return pd.DataFrame({"params": n, "tokens": d, "val_loss": loss})
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +89,7 @@ def test_chinchilla_with_noise_recovers_parameters():
 def test_objective_is_the_sum_of_huber_losses_and_no_scipy_start_beats_it():
     df = chinchilla_table(noise=0.01, seed=1)
     fit = scaling.fit_chinchilla(df, bootstrap=0)
-    n, d, loss = (df[c].to_numpy() for c in ("params", "tokens", "loss"))
+    n, d, loss = (df[c].to_numpy() for c in ("params", "tokens", "val_loss"))
     ours = huber_sum_numpy(fit.values, n, d, loss)
     assert fit.stats.iloc[0]["objective"] == pytest.approx(ours, rel=1e-9)
 
@@ -107,7 +107,7 @@ def test_optax_lbfgs_agrees_with_the_fitted_optimum():
     df = chinchilla_table(noise=0.01, seed=1)
     fit = scaling.fit_chinchilla(df, bootstrap=0)
     log_x = np.log(df[["params", "tokens"]].to_numpy().T)
-    log_y = np.log(df["loss"].to_numpy())
+    log_y = np.log(df["val_loss"].to_numpy())
     st = ss.Standardizer.from_log_x(log_x)
     with jax.enable_x64(True):
         rows = dict(z=jnp.asarray(st.z(log_x)), y=jnp.asarray(log_y), w=jnp.ones(len(log_y)))
@@ -249,11 +249,11 @@ def test_predict_and_residuals_agree(gadre_fit, gadre):
 @pytest.mark.parametrize(
     "column, row, value, message",
     [
-        ("loss", 5, np.nan, r"column 'loss' has NaN at rows \[5\]"),
+        ("val_loss", 5, np.nan, r"column 'val_loss' has NaN at rows \[5\]"),
         ("tokens", 7, np.inf, r"column 'tokens' has infinite values at rows \[7\]"),
         ("params", 2, 0.0, r"column 'params' must be > 0, but rows \[2\] hold \[0.0\]"),
         ("tokens", 3, -1e9, r"column 'tokens' must be > 0, but rows \[3\] hold \[-1000000000.0\]"),
-        ("loss", 0, -2.0, r"column 'loss' must be > 0, but rows \[0\] hold \[-2.0\]"),
+        ("val_loss", 0, -2.0, r"column 'val_loss' must be > 0, but rows \[0\] hold \[-2.0\]"),
     ],
 )
 def test_bad_values_raise_naming_column_and_rows(column, row, value, message):
@@ -266,14 +266,14 @@ def test_bad_values_raise_naming_column_and_rows(column, row, value, message):
 def test_bad_values_in_several_rows_are_all_named():
     df = chinchilla_table()
     df.index = [f"run{i}" for i in range(len(df))]
-    df.loc[["run3", "run11"], "loss"] = np.nan
+    df.loc[["run3", "run11"], "val_loss"] = np.nan
     with pytest.raises(FitInputError, match=r"rows \['run3', 'run11'\]"):
         scaling.fit_chinchilla(df, bootstrap=0)
 
 
 def test_missing_column_is_named():
-    with pytest.raises(FitInputError, match=r"missing column\(s\) \['val_loss'\].*'params', 'tokens', 'loss'"):
-        scaling.fit_chinchilla(chinchilla_table(), loss="val_loss", bootstrap=0)
+    with pytest.raises(FitInputError, match=r"missing column\(s\) \['loss'\].*'params', 'tokens', 'val_loss'"):
+        scaling.fit_chinchilla(chinchilla_table(), loss="loss", bootstrap=0)
 
 
 def test_fewer_rows_than_parameters():
@@ -293,9 +293,9 @@ def test_a_single_distinct_size_cannot_give_an_exponent():
 
 
 def test_non_numeric_column_is_named():
-    df = chinchilla_table().astype({"loss": object})
-    df.loc[4, "loss"] = "diverged"
-    with pytest.raises(FitInputError, match=r"column 'loss' must be numeric, but rows \[4\] hold \['diverged'\]"):
+    df = chinchilla_table().astype({"val_loss": object})
+    df.loc[4, "val_loss"] = "diverged"
+    with pytest.raises(FitInputError, match=r"column 'val_loss' must be numeric, but rows \[4\] hold \['diverged'\]"):
         scaling.fit_chinchilla(df, bootstrap=0)
 
 
