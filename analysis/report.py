@@ -41,8 +41,9 @@ def knob_effects(rows: pd.DataFrame) -> pd.DataFrame:
 
     >>> df = pd.DataFrame({"num_workers": [0, 0, 2, 2], "feed": ["a", "b", "a", "b"],
     ...                    "samples_per_s": [100.0, 110.0, 200.0, 210.0]})
-    >>> knob_effects(df)[["knob", "best", "worst", "ratio"]].iloc[0].tolist()
-    ['num_workers', 2, 0, 1.9523809523809523]
+    >>> top = knob_effects(df).iloc[0]
+    >>> (top.knob, int(top.best), int(top.worst), round(float(top.ratio), 3))
+    ('num_workers', 2, 0, 1.952)
     """
     out = []
     for k in [c for c in TABLE_COLS if c in rows and rows[c].nunique(dropna=True) > 1]:
