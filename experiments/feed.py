@@ -95,8 +95,22 @@ class _Feed:
                 raise LoaderFailed(describe_worker_failure(self.watch, e)) from e
             raise
 
+    def _fetch(self):
+        # An on-demand fetch in a helper thread (not a prefetch): a dead worker is noticed, not waited on.
+        return _wait_future(self._pool.submit(self._host_next, self._it), self.watch, self.timeout_s)
+
+    def _stop_producer(self):
+        pass
+
     def close(self):
+        if self._closed:
+            return
         self._closed = True
+        self._stop_producer()
+        pool = getattr(self, "_pool", None)
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+        _close_iter(getattr(self, "_it", None))
 
     def __enter__(self):
         return self
@@ -113,23 +127,15 @@ class SyncFeed(_Feed):
     def __init__(self, host_ds, sharding, **kw):
         super().__init__(host_ds, sharding, **kw)
         self._it = iter(host_ds)
-        # An on-demand fetch thread (not a prefetch): lets a dead worker be noticed instead of hanging.
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="memsim-fetch")
 
     def __next__(self):
-        host = _wait_future(self._pool.submit(self._host_next, self._it), self.watch, self.timeout_s)
+        host = self._fetch()
         self._look_for_workers()
         arrays, times = split_stage_times(host)
         dev = put(arrays, self.sharding)
         jax.block_until_ready(dev)
         return dev, times
-
-    def close(self):
-        if self._closed:
-            return
-        super().close()
-        self._pool.shutdown(wait=True, cancel_futures=True)
-        _close_iter(self._it)
 
 
 class DoubleBufferFeed(_Feed):
@@ -196,13 +202,9 @@ class DoubleBufferFeed(_Feed):
         self._look_for_workers()
         return item
 
-    def close(self):
-        if self._closed:
-            return
-        super().close()
+    def _stop_producer(self):
         self._stop.set()
         self._thread.join(timeout=30)
-        _close_iter(self._it)
 
 
 class _StashTimes:
@@ -234,17 +236,10 @@ class GrainDevicePutFeed(_Feed):
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="memsim-fetch")
 
     def __next__(self):
-        dev = _wait_future(self._pool.submit(self._host_next, self._it), self.watch, self.timeout_s)
+        dev = self._fetch()
         times = self._stash.popleft() if self._stash else {}
         self._look_for_workers()
         return dev, times
-
-    def close(self):
-        if self._closed:
-            return
-        super().close()
-        self._pool.shutdown(wait=True, cancel_futures=True)
-        _close_iter(self._it)
 
 
 def _close_iter(it) -> None:
