@@ -105,6 +105,16 @@ def _probe_main(cfg, preset, run_id=None, results_root=None):
     return probes.experiment_main(cfg, preset, run_id=run_id, results_root=results_root)
 
 
+def _scaling_presets():
+    from experiments import scaling
+    return scaling.PRESETS
+
+
+def _scaling_main(cfg, preset, run_id=None, results_root=None):
+    from experiments import scaling
+    return scaling.main(cfg, preset, run_id=run_id, results_root=results_root)
+
+
 EXPERIMENTS: dict[str, Experiment] = {
     "train": Experiment("one measured training run: loader → device feed → jitted step",
                         _Lazy(_train_presets), "quick", _train_main),
@@ -112,6 +122,8 @@ EXPERIMENTS: dict[str, Experiment] = {
                         _Lazy(_sweep_presets), "quick", _sweep_main),
     "probe": Experiment("measure this machine's tiers and links (reads, copies, transfers, matmul) and fit α, β",
                         _Lazy(_probe_presets), "quick", _probe_main),
+    "scaling": Experiment("train the Transformer family on stdlib text for several token budgets: a loss table",
+                          _Lazy(_scaling_presets), "quick", _scaling_main),
     "study": Experiment("the main job: the quick sweep plus a readable report with figures",
                         _Lazy(_study_presets), "quick", _study_main),
 }

@@ -24,15 +24,17 @@ from experiments.sweep import SweepConfig
 class StudyConfig(SweepConfig):
     # hierarchy probes run after the sweep ('none' skips them)
     probe_preset: Literal["none", "smoke", "quick", "full"] = "quick"
+    # the scaling run fitted in the "Scaling" section ('none' skips it)
+    scaling_preset: Literal["none", "smoke", "quick", "full"] = "quick"
 
 
 def _study(sweep_cfg: SweepConfig, **kw) -> StudyConfig:
     return StudyConfig(**{**dataclasses.asdict(sweep_cfg), **kw})
 
 
-PRESETS = {"smoke": lambda: _study(sweep.smoke(), probe_preset="smoke"),
-           "quick": lambda: _study(sweep.quick(), probe_preset="quick"),
-           "full": lambda: _study(sweep.full(), probe_preset="full")}
+PRESETS = {"smoke": lambda: _study(sweep.smoke(), probe_preset="smoke", scaling_preset="smoke"),
+           "quick": lambda: _study(sweep.quick(), probe_preset="quick", scaling_preset="quick"),
+           "full": lambda: _study(sweep.full(), probe_preset="full", scaling_preset="full")}
 
 
 @dataclasses.dataclass
@@ -45,6 +47,7 @@ class StudyContext:
     wall_s: float = 0.0
     probe_raw: pd.DataFrame | None = None
     probe_fits: pd.DataFrame | None = None
+    scaling_rows: pd.DataFrame | None = None
     notes: list = dataclasses.field(default_factory=list)
 
 
@@ -85,6 +88,17 @@ def run_probes(cfg: StudyConfig, out: Path):
     return raw, fits
 
 
+def run_scaling(cfg: StudyConfig, out: Path):
+    """The study's scaling run, written to ``out/scaling`` (resumable); its rows or None."""
+    if cfg.scaling_preset == "none":
+        return None
+    from experiments import scaling
+    print(f"scaling run (preset {cfg.scaling_preset}) …", flush=True)
+    d = out / "scaling"
+    d.mkdir(exist_ok=True)
+    return scaling.run(scaling.PRESETS[cfg.scaling_preset](), d)
+
+
 def main(cfg: StudyConfig, preset: str, run_id: str | None = None, results_root: str | None = None) -> int:
     from experiments import env as env_lib
     t0 = time.perf_counter()
@@ -98,8 +112,13 @@ def main(cfg: StudyConfig, preset: str, run_id: str | None = None, results_root:
         return 130
     sweep_s = time.perf_counter() - t0
     probe_raw, probe_fits = run_probes(cfg, out)
+    try:
+        scaling_rows = run_scaling(cfg, out)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: finished rows kept in {out}; rerun with --run_id={out.name}", file=sys.stderr)
+        return 130
     ctx = StudyContext(cfg, preset, out, rows, env_lib.environment(), wall_s=sweep_s, probe_raw=probe_raw,
-                       probe_fits=probe_fits)
+                       probe_fits=probe_fits, scaling_rows=scaling_rows)
     path = write_report(ctx)
     print(f"report: {path}  ({time.perf_counter() - t0:.0f} s)")
     return 0

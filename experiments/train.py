@@ -135,14 +135,15 @@ class TrainStep:
     ``trace_count`` counts Python traces of the step function, so tests can assert it traces once.
     """
 
-    def __init__(self, model, cfg: TrainConfig):
+    def __init__(self, model, cfg: TrainConfig, tx=None):
         import jax
         import jax.numpy as jnp
         import optax
         from flax import nnx
 
         self.graphdef, params, rest = nnx.split(model, nnx.Param, ...)
-        self.tx = optax.adamw(cfg.learning_rate, weight_decay=cfg.weight_decay)
+        # ``tx`` replaces the default constant-rate AdamW (the scaling experiment passes a schedule)
+        self.tx = tx if tx is not None else optax.adamw(cfg.learning_rate, weight_decay=cfg.weight_decay)
         self.state = (params, rest, self.tx.init(params))
         self.trace_count = 0
         G = cfg.grad_accum_steps
@@ -153,6 +154,7 @@ class TrainStep:
             logits = nnx.merge(graphdef, params, rest)(x).astype(jnp.float32)
             return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
 
+        self.loss_fn = loss_fn  # (params, rest, x, y) -> mean loss; evaluation reuses it
         grad_fn = jax.value_and_grad(loss_fn)
 
         def step(state, batch):

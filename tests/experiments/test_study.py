@@ -14,7 +14,7 @@ def test_study_writes_report_with_table_and_figures(tmp_path, data_cache):
     d = tmp_path / "study" / "s"
     report = (d / "report.md").read_text()
     for heading in ("## Machine and environment", "## Measured sweep", "### Best configuration",
-                    "### Which knob moved throughput most", "## Hierarchy", "## Simulation"):
+                    "### Which knob moved throughput most", "## Hierarchy", "## Simulation", "## Scaling"):
         assert heading in report
     assert "This section failed" not in report
     rows = load(d)
@@ -23,3 +23,4 @@ def test_study_writes_report_with_table_and_figures(tmp_path, data_cache):
     for png in ("samples_vs_num_workers.png", "samples_vs_prefetch.png", "hierarchy_pyramid.png"):
         assert (d / png).stat().st_size > 5000 and f"]({png})" in report
     assert (d / "config.json").exists() and (d / "probe" / "fits.csv").exists()
+    assert len(load(d / "scaling")) == 4 and "No fit" in report  # smoke: 4 points for 5 parameters

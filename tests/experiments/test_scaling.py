@@ -1,0 +1,117 @@
+import dataclasses
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from experiments import scaling
+from experiments.configs import ConfigError
+from experiments.results import load
+
+from tests.experiments.test_sweep import REPO
+
+
+@pytest.fixture(scope="module")
+def smoke_rows(tmp_path_factory):
+    out = tmp_path_factory.mktemp("scaling")
+    return out, scaling.run(scaling.smoke(), out, progress=False)
+
+
+def test_smoke_run_rows(smoke_rows):
+    out, rows = smoke_rows
+    cfg = scaling.smoke()
+    assert len(rows) == len(cfg.widths) * len(cfg.token_budgets)
+    assert (rows.status == "ok").all(), rows.error.tolist()
+    for r in rows.itertuples():
+        assert r.tokens == r.steps * cfg.batch_size * cfg.seq_len <= r.token_budget
+        assert 0 < r.non_embedding_params < r.params
+        assert r.flops_6nd == pytest.approx(6 * r.params * r.tokens)
+        # XLA's count of the compiled step (forward, backward, AdamW) agrees with 6·N·D to within 2x
+        assert 0.5 < r.flops_xla / r.flops_6nd < 2.0
+        # starts near uniform over 256 bytes and learns: held-out loss below ln 256
+        assert abs(r.first_loss - math.log(256)) < 1.0
+        assert r.val_loss < math.log(256) - 0.5
+        assert r.val_bits_per_byte == pytest.approx(r.val_loss / math.log(2))
+    # bigger model → more parameters; one row per (size, budget)
+    by_w = rows.groupby("width").params.first()
+    assert by_w.is_monotonic_increasing and by_w.nunique() == len(cfg.widths)
+    # rows carry the config and the environment, and load back with their dtypes
+    back = load(out)
+    assert {"learning_rate", "num_workers", "feed", "platform", "jax_version"} <= set(back.columns)
+    assert back.params.dtype.kind == "i"
+
+
+def test_longer_budget_trains_further(smoke_rows):
+    _, rows = smoke_rows
+    for _, g in rows.groupby("width"):
+        g = g.sort_values("tokens")
+        assert g.train_loss.iloc[-1] < g.train_loss.iloc[0]
+
+
+def test_resume_skips_finished_points(smoke_rows):
+    out, rows = smoke_rows
+    again = scaling.run(scaling.smoke(), out, progress=False)
+    assert len(again) == len(rows)
+    assert (again.config_id.to_numpy() == rows.config_id.to_numpy()).all()
+
+
+def test_failed_point_becomes_a_row(tmp_path):
+    cfg = dataclasses.replace(scaling.smoke(), widths=(16,), depths=(1,), token_budgets=(10_240,),
+                              learning_rate=1e30)
+    rows = scaling.run(cfg, tmp_path, progress=False)
+    assert rows.status.tolist() == ["failed"]
+    assert "NonFiniteLoss" in rows.error.iloc[0] and "step" in rows.error.iloc[0]
+
+
+def test_presets_span_the_required_range():
+    from experiments.models import make_model, param_counts
+    for preset in ("quick", "full"):
+        cfg = scaling.PRESETS[preset]()
+        assert len(cfg.widths) >= 5 and len(cfg.token_budgets) >= 3
+        n = [param_counts(make_model(cfg.train_config(w, d).model_config()))["params"]
+             for w, d in zip(cfg.widths, cfg.depths)]
+        assert np.log10(max(n) / min(n)) >= 1.5, n
+
+
+@pytest.mark.parametrize("kw, key", [
+    (dict(widths=(30,)), "widths"),            # not a multiple of num_heads
+    (dict(depths=(1, 2, 3)), "depths"),        # does not pair with widths
+    (dict(token_budgets=(1000,)), "token_budgets"),
+    (dict(learning_rate=float("nan")), "learning_rate"),
+    (dict(feed="bogus"), "feed"),
+])
+def test_bad_config_names_the_key(kw, key):
+    base = dict(widths=(32, 64), depths=(1, 2))
+    with pytest.raises(ConfigError, match=key):
+        scaling.ScalingConfig(**{**base, **kw})
+
+
+def test_cli_lists_scaling_and_rejects_bad_key():
+    p = subprocess.run([sys.executable, "-m", "experiments", "scaling", "--bogus=1"], cwd=REPO,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "bogus" in p.stderr
+    p = subprocess.run([sys.executable, "-m", "experiments", "scaling", "--help"], cwd=REPO,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and "--token_budgets=" in p.stdout
+
+
+def test_study_section_fits_or_says_why(smoke_rows, tmp_path, monkeypatch):
+    from analysis import study_scaling
+    _, rows = smoke_rows
+    ctx = type("Ctx", (), {"scaling_rows": rows, "out_dir": tmp_path})()
+    md = study_scaling.section(ctx)  # 4 rows for 5 parameters: the table, and why there is no fit
+    assert md.startswith("## Scaling") and "No fit" in md and "val_loss" in md
+    assert f"{rows.params.max():,}" in md
+    # rows of the law itself (as a scaling run would give them): the section fits and draws
+    N, D = (a.ravel() for a in np.meshgrid([2e4, 5e4, 1.5e5, 4e5, 9e5], [6e4, 1.3e5, 2.6e5]))
+    law = pd.DataFrame({"status": "ok", "error": "", "width": 0, "depth": 0, "params": N.astype(int),
+                        "tokens": D.astype(int), "token_budget": D.astype(int),
+                        "val_loss": 1.5 + 40 / N ** 0.3 + 60 / D ** 0.35})
+    monkeypatch.setattr(study_scaling, "BOOTSTRAP", 0)
+    md = study_scaling.section(type("Ctx", (), {"scaling_rows": law, "out_dir": tmp_path})())
+    assert "No fit" not in md
+    assert "| alpha | 0.3 |" in md and "| beta | 0.35 |" in md  # the law's own exponents, recovered
+    assert (tmp_path / "scaling_frontier.png").stat().st_size > 5000
