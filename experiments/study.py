@@ -48,6 +48,7 @@ class StudyContext:
     probe_raw: pd.DataFrame | None = None
     probe_fits: pd.DataFrame | None = None
     scaling_rows: pd.DataFrame | None = None
+    memory: pd.DataFrame | None = None  # experiments.memory.study_footprints, or one 'error' column
     notes: list = dataclasses.field(default_factory=list)
 
 
@@ -99,6 +100,18 @@ def run_scaling(cfg: StudyConfig, out: Path):
     return scaling.run(scaling.PRESETS[cfg.scaling_preset](), d)
 
 
+def run_memory(rows: pd.DataFrame, out: Path) -> pd.DataFrame:
+    """The footprint of each configuration the sweep ran (``out/memory.csv``); a failure becomes a
+    frame with an ``error`` column that the Memory section reports, so the rest of the report is kept."""
+    from experiments import memory
+    print("memory footprints …", flush=True)
+    try:
+        return memory.write_study_footprints(rows, out)
+    except Exception as e:  # noqa: BLE001 — reported in the Memory section
+        print(f"warning: memory footprints failed: {type(e).__name__}: {e}", file=sys.stderr)
+        return pd.DataFrame({"error": [f"{type(e).__name__}: {e}"]})
+
+
 def main(cfg: StudyConfig, preset: str, run_id: str | None = None, results_root: str | None = None) -> int:
     from experiments import env as env_lib
     t0 = time.perf_counter()
@@ -118,7 +131,7 @@ def main(cfg: StudyConfig, preset: str, run_id: str | None = None, results_root:
         print(f"\ninterrupted: finished rows kept in {out}; rerun with --run_id={out.name}", file=sys.stderr)
         return 130
     ctx = StudyContext(cfg, preset, out, rows, env_lib.environment(), wall_s=sweep_s, probe_raw=probe_raw,
-                       probe_fits=probe_fits, scaling_rows=scaling_rows)
+                       probe_fits=probe_fits, scaling_rows=scaling_rows, memory=run_memory(rows, out))
     path = write_report(ctx)
     print(f"report: {path}  ({time.perf_counter() - t0:.0f} s)")
     return 0

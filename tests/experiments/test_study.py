@@ -14,13 +14,13 @@ def test_study_writes_report_with_table_and_figures(tmp_path, data_cache):
     d = tmp_path / "study" / "s"
     report = (d / "report.md").read_text()
     for heading in ("## Machine and environment", "## Measured sweep", "### Best configuration",
-                    "### Which knob moved throughput most", "## Hierarchy", "## Simulation", "## Scaling"):
+                    "### Which knob moved throughput most", "## Hierarchy", "## Memory", "## Simulation", "## Scaling"):
         assert heading in report
     assert "This section failed" not in report
     rows = load(d)
     best = rows.loc[rows.samples_per_s.idxmax()]
     assert f"**{best.samples_per_s:.0f} samples/s**" in report
-    for png in ("samples_vs_num_workers.png", "samples_vs_prefetch.png", "hierarchy_pyramid.png"):
+    for png in ("samples_vs_num_workers.png", "samples_vs_prefetch.png", "hierarchy_pyramid.png", "memory_footprint.png"):
         assert (d / png).stat().st_size > 5000 and f"]({png})" in report
-    assert (d / "config.json").exists() and (d / "probe" / "fits.csv").exists()
+    assert (d / "config.json").exists() and (d / "probe" / "fits.csv").exists() and (d / "memory.csv").exists()
     assert len(load(d / "scaling")) == 4 and "No fit" in report  # smoke: 4 points for 5 parameters
