@@ -202,7 +202,14 @@ def _rss_child(cfg: LoaderConfig, settle_s: float, conn) -> None:
         before = me.memory_info().rss
         it = iter(ds)
         batch = next(it)  # held, like a consumer would
-        time.sleep(settle_s)  # every buffer fills: the consumer does not ask for more
+        # the buffers fill while the consumer asks for nothing more: wait until RSS stops growing
+        # (a busy machine fills them slower), then take the median of a few samples
+        last, still_since, deadline = me.memory_info().rss, time.monotonic(), time.monotonic() + 30 * settle_s
+        while time.monotonic() - still_since < settle_s and time.monotonic() < deadline:
+            time.sleep(0.1)
+            now = me.memory_info().rss
+            if abs(now - last) > 0.01 * max(now - before, 1):
+                last, still_since = now, time.monotonic()
         samples = []
         for _ in range(5):
             samples.append(me.memory_info().rss)
@@ -216,12 +223,13 @@ def _rss_child(cfg: LoaderConfig, settle_s: float, conn) -> None:
         conn.close()
 
 
-def measure_loader_rss(cfg: LoaderConfig, settle_s: float = 1.5, timeout_s: float = 120.0) -> dict:
+def measure_loader_rss(cfg: LoaderConfig, settle_s: float = 1.0, timeout_s: float = 120.0) -> dict:
     """RSS growth of a single-process loader (``num_workers=0``) with its buffers full, in a fresh
     child process (a clean baseline: nothing else allocated there).
 
-    Returns rss_before (after building the dataset), rss_after (median of 5 samples with the
-    buffers full and one batch held by the consumer), growth, and the batch's measured bytes.
+    Returns rss_before (after building the dataset), rss_after (median of 5 samples once RSS has
+    held still for ``settle_s``: the buffers are full and one batch is held by the consumer),
+    growth, and the batch's measured bytes.
     """
     if cfg.num_workers:
         raise ConfigError(f"num_workers={cfg.num_workers}: one process's RSS misses the workers' memory; "

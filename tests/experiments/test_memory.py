@@ -116,19 +116,28 @@ def test_device_batches_alive_match_the_feed_count(data_cache, shm_guard, feed, 
     from experiments.feed import batch_sharding, make_feed
     cfg = _cfg("mlp", 8, cache_dir=data_cache, feed=feed, device_buffer_size=device_buffer_size, cpu_buffer_size=2)
     shape = memory.batch_specs(cfg)["image"].shape
+    gc.collect()
+    others = sum(1 for a in jax.live_arrays() if a.shape == shape)  # left by other tests, if any
     f = make_feed(feed, build_dataset(cfg.loader_config(), stage_timing=False), batch_sharding(),
                   cpu_buffer_size=cfg.cpu_buffer_size, device_buffer_size=device_buffer_size)
+    counts = fp.device_batch_counts(memory.footprint_config(cfg))
+    expected = others + counts["batch_in_use"] + counts["device_batches_in_flight"]
+
+    def alive():
+        return sum(1 for a in jax.live_arrays() if a.shape == shape)
     try:
         batch, _ = next(f)
         batch, _ = next(f)
-        time.sleep(0.6)  # every device buffer fills while this batch is "in use"
-        alive = sum(1 for a in jax.live_arrays() if a.shape == shape)
+        deadline = time.monotonic() + 10  # the feed's threads fill its buffers while this batch is "in use"
+        while alive() < expected and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)  # and they stop there
+        n = alive()
     finally:
         f.close()
         del batch
         gc.collect()
-    counts = fp.device_batch_counts(memory.footprint_config(cfg))
-    assert alive == counts["batch_in_use"] + counts["device_batches_in_flight"]
+    assert n == expected
 
 
 def test_host_batches_match_loader_rss_growth(data_cache):
