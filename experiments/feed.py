@@ -2,7 +2,8 @@
 
 - ``none``: ``jax.device_put`` of each batch in the loop, synchronously (the step waits for it).
 - ``double_buffer``: ours; a thread keeps up to ``device_buffer_size`` batches already placed on
-  the device ahead of the step (the batch in use is extra), sharded along the batch axis.
+  the device ahead of the step (the batch the step is using is one more), sharded along the batch
+  axis. A slot frees when the step takes its batch, so the next copy overlaps that step.
 - ``grain_device_put``: ``grain.experimental.device_put`` (a CPU-side thread prefetch of
   ``cpu_buffer_size`` host batches, then ``device_buffer_size`` device batches).
 
@@ -154,7 +155,6 @@ class DoubleBufferFeed(_Feed):
         self._cv = threading.Condition()
         self._stop = threading.Event()
         self._error: BaseException | None = None
-        self._handed_out = False
         self._thread = threading.Thread(target=self._produce, name="memsim-double-buffer", daemon=True)
         self._thread.start()
 
@@ -177,9 +177,6 @@ class DoubleBufferFeed(_Feed):
                 self._cv.notify()
 
     def __next__(self):
-        if self._handed_out:
-            self._slots.release()  # the previous batch's step has finished with it
-            self._handed_out = False
         start = time.perf_counter()
         dead_since = None
         with self._cv:
@@ -198,7 +195,7 @@ class DoubleBufferFeed(_Feed):
                     raise LoaderFailed(f"no batch from the loader for {self.timeout_s:.0f} s; "
                                        + describe_worker_failure(self.watch, None))
             item = self._ready.popleft()
-        self._handed_out = True
+        self._slots.release()  # the batch leaves the buffer for the step: the producer may place the next
         self._look_for_workers()
         return item
 

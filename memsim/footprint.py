@@ -37,8 +37,8 @@ Scalar outputs (the loss, 4 bytes) are left out. The step's total is compared wi
 updated ones alias the old; see :class:`XlaMemory`).
 
 Device, the feed (outside the step): ``device_batches_in_flight`` beyond the batch in use.
-``double_buffer`` (experiments.feed): a semaphore of ``device_buffer_size`` slots, released only
-when the next batch is asked for, so the batch in use holds a slot: D − 1 ahead.
+``double_buffer`` (experiments.feed): a semaphore of ``device_buffer_size`` slots, each released
+when the step takes its batch, so D are placed ahead of the batch in use.
 ``grain_device_put`` (``grain.experimental.device_put``: a ``ThreadPrefetchIterDataset`` of
 ``device_buffer_size`` device batches, whose producer thread holds one more while the queue is
 full): D + 1 ahead. ``none``: 0.
@@ -477,9 +477,9 @@ def device_batch_counts(cfg: FootprintConfig) -> dict[str, int]:
     Example:
         >>> base = dict(param_bytes=1, host_sample_bytes=1, device_sample_bytes=1, device_buffer_size=2)
         >>> [device_batch_counts(FootprintConfig(**base, feed=f))["device_batches_in_flight"] for f in FEEDS]
-        [0, 1, 3]
+        [0, 2, 3]
     """
-    ahead = {"none": 0, "double_buffer": cfg.device_buffer_size - 1,
+    ahead = {"none": 0, "double_buffer": cfg.device_buffer_size,
              "grain_device_put": cfg.device_buffer_size + 1}[cfg.feed]
     return {"batch_in_use": 1, "device_batches_in_flight": ahead}
 
@@ -505,9 +505,9 @@ def footprint(cfg: FootprintConfig, activations: int | XlaMemory, activation_sou
         ...                       batch_size=8, num_workers=0, prefetch_buffer_size=2)
         >>> df = footprint(cfg, activations=1000)
         >>> df.groupby("place", sort=False)["bytes"].sum().to_dict()
-        {'device': 18348, 'host': 5600}
+        {'device': 19020, 'host': 5600}
         >>> df[df.place == "device"].set_index("component")["bytes"].to_dict()
-        {'parameters': 4000, 'gradients': 4000, 'grad_accumulator': 0, 'optimizer_state': 8004, 'activations': 1000, 'batch_in_use': 672, 'device_batches_in_flight': 672}
+        {'parameters': 4000, 'gradients': 4000, 'grad_accumulator': 0, 'optimizer_state': 8004, 'activations': 1000, 'batch_in_use': 672, 'device_batches_in_flight': 1344}
     """
     if not isinstance(cfg, FootprintConfig):
         raise FootprintError(f"footprint: cfg is a {type(cfg).__name__}; pass a FootprintConfig")
@@ -544,7 +544,7 @@ def totals(df: pd.DataFrame) -> dict[str, int]:
     Example:
         >>> cfg = FootprintConfig(param_bytes=4000, host_sample_bytes=100, device_sample_bytes=84, batch_size=8)
         >>> totals(footprint(cfg, activations=1000))
-        {'host': 5600, 'device': 18348, 'step': 17676}
+        {'host': 5600, 'device': 19020, 'step': 17676}
     """
     missing = [c for c in COLUMNS if c not in df.columns]
     if missing:

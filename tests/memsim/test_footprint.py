@@ -100,7 +100,7 @@ def test_device_batches_by_feed():
         d = fp.footprint(fp.FootprintConfig(**{**BASE, **kw}), activations=0).set_index("component")["bytes"]
         return (d["batch_in_use"] + d["device_batches_in_flight"]) // (BASE["batch_size"] * BASE["device_sample_bytes"])
     assert dev(feed="none", device_buffer_size=0) == 1
-    assert [dev(feed="double_buffer", device_buffer_size=k) for k in (1, 2, 5)] == [1, 2, 5]
+    assert [dev(feed="double_buffer", device_buffer_size=k) for k in (1, 2, 5)] == [2, 3, 6]  # D ahead + 1 in use
     assert [dev(feed="grain_device_put", device_buffer_size=k) for k in (1, 2)] == [3, 4]
 
 
