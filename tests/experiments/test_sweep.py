@@ -124,17 +124,17 @@ def test_load_concatenates_runs_and_restores_dtypes(tmp_path):
     assert df.groupby("num_workers").samples_per_s.mean().tolist() == [0.0, 10.0, 20.0]
 
 
-def test_rss_stays_flat_over_30_configurations_with_workers(tmp_path, data_cache):
+def test_rss_stays_flat_over_24_configurations_with_workers(tmp_path, data_cache):
     # In-process (isolate=False), so any memory leak would accumulate in this process. /dev/shm is not
     # checked here: in one process Grain's shared-memory batches outlive their runs until exit, which
     # is why sweeps isolate each configuration by default; the CLI tests above check /dev/shm.
     cfg = _smoke(data_cache, isolate=False, grain_stats=False, num_workers=(1,), feed=("double_buffer",),
-                 batch_size=(8, 16), prefetch_buffer_size=(1, 2, 3), device_buffer_size=(1, 2), augment_cost=(0, 1, 2))
-    assert len(cfg.train_configs()) >= 30
+                 batch_size=(8, 16), prefetch_buffer_size=(1, 2, 3), device_buffer_size=(1, 2), augment_cost=(0, 1))
+    assert len(cfg.train_configs()) == 24
     me = psutil.Process()
     rss = []
     sweep.run(cfg, tmp_path, progress=False, on_config_done=lambda row: rss.append(me.memory_info().rss))
-    assert len(rss) == 36
+    assert len(rss) == 24
     base = min(rss[2:6])  # after the first configurations have warmed caches and compiled
     growth = max(rss[6:]) / base - 1
     assert growth < 0.10, f"RSS grew {growth:.1%} over the sweep: {[r >> 20 for r in rss]} MiB"
