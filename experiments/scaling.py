@@ -106,14 +106,16 @@ def smoke() -> ScalingConfig:
 
 
 def quick() -> ScalingConfig:
-    """Five sizes (≈21k to ≈0.9M params: 1.6 decades) × three budgets; about 3 minutes on a 2-core CPU."""
+    """Five sizes (≈21k to ≈0.9M params: 1.6 decades) × three budgets (65k to 262k tokens); 2 min 16 s
+    measured on an otherwise idle 2-core CPU."""
     return ScalingConfig(widths=(24, 32, 64, 96, 128), depths=(1, 1, 2, 3, 4),
                          token_budgets=(65_536, 131_072, 262_144), val_windows=256)
 
 
 def full() -> ScalingConfig:
-    """Six sizes (≈21k to ≈0.9M params) × four budgets (0.26M to 2.1M tokens); about 40 minutes on a
-    2-core CPU (the largest model at the largest budget alone is about 10 minutes)."""
+    """Six sizes (≈21k to ≈0.9M params) × four budgets (0.26M to 2.1M tokens); 22 minutes measured on
+    a 2-core CPU that other work was sharing (load ≈ 3.5), so expect 15–22 minutes on an idle one; the
+    largest model at the largest budget is about 3 minutes of it."""
     return ScalingConfig()
 
 
