@@ -623,8 +623,11 @@ def compute_optimal(fit: ScalingFit, flops) -> ComputeOptimal:
         q = [50 * (1 - ci), 50 * (1 + ci)]
         s = bp[(bp["alpha"] > 0) & (bp["beta"] > 0)]
         col = lambda name: s[name].to_numpy(np.float64)[:, None]  # noqa: E731
+        # A resample can drive E (or A, B) to exactly 0.0 (its log-parameter below -745): read that as
+        # the smallest positive double, a term that no longer matters, rather than log(0) = -inf.
+        log_pos = lambda name: np.log(np.maximum(col(name), np.finfo(np.float64).tiny))  # noqa: E731
         ln, ld, ll, ab, bb, lg = _optimal_log(
-            np.log(col("E")), np.log(col("A")), np.log(col("B")), col("alpha"), col("beta"), log_c[None, :]
+            log_pos("E"), log_pos("A"), log_pos("B"), col("alpha"), col("beta"), log_c[None, :]
         )
         # Percentiles of the logs, mapped back: the same order statistics, and no overflow.
         for name, arr in (("n_opt", ln), ("d_opt", ld), ("tokens_per_param", ld - ln), ("loss_opt", ll)):
