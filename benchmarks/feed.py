@@ -48,10 +48,12 @@ def bench_config():
     from experiments.train import TrainConfig
     # A compute-bound MLP step (~10.5M params, batch 128: ~8 GFLOP per step) fed by an in-RAM loader
     # (random crop, flip, normalise: ~0.2 ms of host CPU per sample) that alone is about 5x faster.
-    # No host prefetch thread (prefetch_buffer_size=0): the feed is what overlaps loading with the
-    # step, so `none` pays load + transfer + step in series, as the comparison intends.
+    # No loader thread at all (no Grain read-ahead, read_buffer_size=0; no host prefetch,
+    # prefetch_buffer_size=0): the feed is the only thing that overlaps loading with the step, so
+    # `none` pays load + transfer + step in series, as the comparison intends.
     return TrainConfig(model="mlp", width=2048, depth=2, batch_size=128, num_samples=4096, source="ram",
-                       num_workers=0, prefetch_buffer_size=0, device_buffer_size=2, cpu_buffer_size=4,
+                       num_workers=0, read_buffer_size=0, prefetch_buffer_size=0, device_buffer_size=2,
+                       cpu_buffer_size=4,
                        steps=30, warmup_steps=5, resident_steps=30)
 
 
@@ -103,7 +105,8 @@ def main(argv=None) -> dict:
     out = {
         "benchmark": "feed",
         "config": {k: getattr(cfg, k) for k in ("model", "width", "depth", "batch_size", "source", "num_workers",
-                                                "prefetch_buffer_size", "device_buffer_size", "cpu_buffer_size")},
+                                                "read_buffer_size", "prefetch_buffer_size", "device_buffer_size",
+                                                "cpu_buffer_size")},
         "device_kind": env.environment()["device_kind"], "platform": env.environment()["platform"],
         "repeats": args.repeats, "device_cores_mode": args.device_cores, "cpu_count": os.cpu_count(),
         "device_cores": sorted(device_cores), "host_cores": sorted(host_cores),

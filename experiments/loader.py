@@ -56,7 +56,8 @@ class LoaderConfig:
         check(self.num_workers <= 64, "num_workers", self.num_workers, "must be <= 64")
         check(self.per_worker_buffer_size > 0, "per_worker_buffer_size", self.per_worker_buffer_size, "must be positive")
         check(1 <= self.read_threads <= 64, "read_threads", self.read_threads, "must be in 1..64")
-        check(self.read_buffer_size >= 1, "read_buffer_size", self.read_buffer_size, "must be >= 1 (batches)")
+        check(self.read_buffer_size >= 0, "read_buffer_size", self.read_buffer_size,
+              "must be >= 0 (batches read ahead by a background thread; 0: none, each batch is made on demand)")
         check(self.prefetch_buffer_size >= 0, "prefetch_buffer_size", self.prefetch_buffer_size, "must be >= 0")
         check(self.augment_cost >= 0, "augment_cost", self.augment_cost, "must be >= 0 (extra blur passes per sample)")
         check(0 <= self.crop_padding < self.image_size, "crop_padding", self.crop_padding, "must be in [0, image_size)")

@@ -51,7 +51,8 @@ stage-time stamps), counted from the Grain 0.2.18 code paths the measured loader
   in the main process when ``num_workers = 0``, else in each of the ``num_workers`` workers.
 - ``loader_assembly``: min(``read_threads``, R) batches per loading process: the per-sample
   arrays of a batch being stacked, alive together with the stacked result (glibc's allocator
-  usually keeps that memory after it is freed, so it shows in RSS).
+  usually keeps that memory after it is freed, so it shows in RSS); with R = 0 (no read-ahead
+  thread) the consuming thread assembles one batch at a time: 1.
 - ``worker_output_queues``: ``num_workers`` · (W + 1), W = ``per_worker_buffer_size``: each
   worker's output queue (``ProcessPrefetchIterDataset(buffer_size=W)``) plus the batch it holds
   while blocked on a full queue.
@@ -415,7 +416,7 @@ class FootprintConfig:
         "num_workers": (0, "use 0 (loader in the main process) or a positive worker count"),
         "per_worker_buffer_size": (1, "each worker's output queue holds at least one batch"),
         "read_threads": (1, "the loader reads with at least one thread"),
-        "read_buffer_size": (1, "the loader reads at least one batch ahead"),
+        "read_buffer_size": (0, "use 0 for no read-ahead (batches made on demand)"),
         "prefetch_buffer_size": (0, "use 0 for no host prefetch buffer"),
         "cpu_buffer_size": (0, "use 0 for no extra host buffer"),
         "device_buffer_size": (0, "use 0 for no device buffer"),
@@ -463,7 +464,7 @@ def host_batch_counts(cfg: FootprintConfig) -> dict[str, int]:
     feed_copies = {"none": 0, "double_buffer": 1, "grain_device_put": cfg.cpu_buffer_size + 1}[cfg.feed]
     return {
         "loader_read_ahead": procs * cfg.read_buffer_size,
-        "loader_assembly": procs * min(cfg.read_threads, cfg.read_buffer_size),
+        "loader_assembly": procs * (min(cfg.read_threads, cfg.read_buffer_size) if cfg.read_buffer_size else 1),
         "worker_output_queues": cfg.num_workers * (cfg.per_worker_buffer_size + 1),
         "worker_receive_buffers": cfg.num_workers * (cfg.per_worker_buffer_size + 1),
         "prefetch_buffer": cfg.prefetch_buffer_size + 1 if cfg.prefetch_buffer_size > 0 else 0,

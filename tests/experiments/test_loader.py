@@ -63,3 +63,17 @@ def test_augment_cost_adds_cpu_work(data_cache):
     cheap = min(Augment(4, 0)(img, rng)["t_augment"] for _ in range(20))
     heavy = min(Augment(4, 20)(img, rng)["t_augment"] for _ in range(20))
     assert heavy > 3 * cheap
+
+
+def test_no_read_ahead_makes_batches_on_demand_in_the_calling_thread(data_cache):
+    import threading
+    cfg = dataclasses.replace(_cfg(data_cache), read_buffer_size=0, prefetch_buffer_size=0)
+    before = {t.name for t in threading.enumerate()}
+    it = iter(build_dataset(cfg, stage_timing=False))
+    try:
+        got = [next(it)["label"].tolist() for _ in range(3)]
+        started = {t.name for t in threading.enumerate()} - before
+        assert not started, f"threads started with read_buffer_size=0 and prefetch_buffer_size=0: {started}"
+    finally:
+        it.close()
+    assert got == _labels(_cfg(data_cache), 3), "the same order as with read-ahead"

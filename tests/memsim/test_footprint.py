@@ -88,6 +88,7 @@ def test_host_buffers_grow_one_batch_per_knob_step():
     assert host(prefetch_buffer_size=3) - host(prefetch_buffer_size=2) == hb
     assert host(prefetch_buffer_size=1) - host(prefetch_buffer_size=0) == 2 * hb  # the queue and its producer
     assert host(read_buffer_size=3) - host(read_buffer_size=2) == hb
+    assert host(read_buffer_size=1) - host(read_buffer_size=0) == hb  # R = 0: only the batch being made
     # each worker: its read-ahead and assembly, W + 1 in its queue and W + 1 received in the main process
     w1, w2 = host(num_workers=1, per_worker_buffer_size=2), host(num_workers=2, per_worker_buffer_size=2)
     assert w2 - w1 == (2 + 1 + 3 + 3) * hb
