@@ -134,6 +134,15 @@ class RowWriter:
             os.close(fd)
 
 
+def done_config_ids(out_dir: Path) -> set[str]:
+    """The ``config_id`` of every row already in ``out_dir/rows.csv`` (what a resumed run skips)."""
+    p = Path(out_dir) / "rows.csv"
+    if not p.exists():
+        return set()
+    df = read_csv_rows(p)
+    return set(df["config_id"].astype(str)) if "config_id" in df else set()
+
+
 def _cell(v):
     if v is None:
         return ""

@@ -152,10 +152,10 @@ def _evaluate(step, val: tuple[np.ndarray, np.ndarray], batch_size: int, shardin
     n = len(tokens)
     bs = min(batch_size, n)
     eval_fn = jax.jit(step.loss_fn)
+    params, rest, _ = step.state
     total, count = 0.0, 0
     for s in range(0, n - n % bs, bs):  # equal batches: one compilation; the tail is dropped
         b = put({"tokens": tokens[s:s + bs], "targets": targets[s:s + bs]}, sharding)
-        params, rest, _ = step.state
         total += float(jax.device_get(eval_fn(params, rest, b["tokens"], b["targets"]))) * bs
         count += bs
     return total / count, count
@@ -181,8 +181,7 @@ def run_point(cfg: ScalingConfig, width: int, depth: int, token_budget: int,
     counts = param_counts(model)
     tx = optax.adamw(_schedule(cfg, steps), b2=cfg.b2, weight_decay=cfg.weight_decay)
     step = train.TrainStep(model, tcfg, tx=tx)
-    from jax.sharding import NamedSharding, PartitionSpec as P
-    step.state = jax.device_put(step.state, NamedSharding(sharding.mesh, P()))
+    step.replicate(sharding)
     del model
     lcfg = tcfg.loader_config()
     host_ds = build_dataset(lcfg, stage_timing=False)
@@ -206,9 +205,9 @@ def run_point(cfg: ScalingConfig, width: int, depth: int, token_budget: int,
             with jax.transfer_guard("disallow"):
                 pending.append(step(batch))
             if len(pending) == 25 or i == steps - 1:  # read losses in groups: one sync per 25 steps
-                for j, v in enumerate(jax.device_get(pending)):
-                    train._finite(float(v), len(losses) + j)
-                losses.extend(float(v) for v in jax.device_get(pending))
+                for v in jax.device_get(pending):
+                    train._finite(float(v), len(losses))
+                    losses.append(float(v))
                 pending = []
         train_s = time.perf_counter() - t_train
     finally:
@@ -262,7 +261,7 @@ def run(cfg: ScalingConfig, out_dir: Path, progress: bool = True) -> pd.DataFram
         results.write_json_atomic(cfg_path, {"experiment": "scaling", "config": configs.to_flat_dict(cfg),
                                              "num_points": len(pts), "environment": environment})
     rows_path = out_dir / "rows.csv"
-    done = set(results.read_csv_rows(rows_path)["config_id"].astype(str)) if rows_path.exists() else set()
+    done = results.done_config_ids(out_dir)
     windows = len(host_windows(cfg))
     most = max(cfg.token_budgets) // (cfg.batch_size * cfg.seq_len) * cfg.batch_size
     if most > windows:

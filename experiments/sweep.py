@@ -158,14 +158,6 @@ def run_one_inline(cfg: TrainConfig) -> dict:
     return {"row": res.row.iloc[0].to_dict(), "steps": res.steps, "grain_stats": res.grain_stats}
 
 
-def _done_ids(out_dir: Path) -> set[str]:
-    p = out_dir / "rows.csv"
-    if not p.exists():
-        return set()
-    df = results.read_csv_rows(p)
-    return set(df["config_id"].astype(str)) if "config_id" in df else set()
-
-
 def _append_frame(out_dir: Path, name: str, df: pd.DataFrame, cid: str) -> None:
     if df is None or not len(df):
         return
@@ -189,7 +181,7 @@ def run(cfg: SweepConfig, out_dir: Path, experiment: str = "sweep", progress: bo
         results.write_json_atomic(cfg_path, {"experiment": experiment, "sweep": configs.to_flat_dict(cfg),
                                              "grid_keys": list(GRID_KEYS), "num_configs": len(todo),
                                              "environment": environment})
-    done = _done_ids(out_dir)
+    done = results.done_config_ids(out_dir)
     writer = results.RowWriter(out_dir)
     skipped = sum(results.config_id(configs.to_flat_dict(c)) in done for c in todo)
     bar = tqdm(total=len(todo), initial=skipped, disable=not progress, unit="config", dynamic_ncols=True,
@@ -227,7 +219,7 @@ def main(cfg: SweepConfig, preset: str, run_id: str | None = None, results_root:
     try:
         rows = run(cfg, out, experiment)
     except KeyboardInterrupt:
-        n = len(_done_ids(out))
+        n = len(results.done_config_ids(out))
         print(f"\ninterrupted: {n} finished configuration(s) kept in {out / 'rows.csv'}; "
               f"rerun with --run_id={out.name} to finish the rest", file=sys.stderr)
         return 130

@@ -181,6 +181,12 @@ class TrainStep:
         self.jitted = jax.jit(step, donate_argnums=0)
         self.compiled = None
 
+    def replicate(self, sharding) -> None:
+        """Places the state, whole, on every device of ``sharding``'s mesh (data parallel)."""
+        import jax
+        from jax.sharding import NamedSharding, PartitionSpec as P
+        self.state = jax.device_put(self.state, NamedSharding(sharding.mesh, P()))
+
     def compile(self, batch):
         self.compiled = self.jitted.lower(self.state, batch).compile()
         return self.compiled
@@ -290,9 +296,7 @@ def run_detailed(cfg: TrainConfig) -> RunResult:
     model = make_model(cfg.model_config(), seed=cfg.seed)
     counts = param_counts(model)
     step = TrainStep(model, cfg)
-    # replicate the state over the devices in use
-    from jax.sharding import NamedSharding, PartitionSpec as P
-    step.state = jax.device_put(step.state, NamedSharding(sharding.mesh, P()))
+    step.replicate(sharding)
     del model
 
     shm_before = shm_segments()
