@@ -81,6 +81,10 @@ def run(args: argparse.Namespace) -> int:
     from analysis import scaling, scaling_plots
     from analysis.fit_input import FitInputError
 
+    for flag, v in (("--bootstrap", args.bootstrap), ("--drop-highest-loss", args.drop_highest_loss)):
+        if v < 0:
+            print(f"error: {flag}={v}: must be >= 0 (0: none)", file=sys.stderr)
+            return 2
     if not args.rows.is_file():
         print(f"error: rows file {str(args.rows)!r} does not exist", file=sys.stderr)
         return 2

@@ -32,6 +32,8 @@ def rows_table(rows: pd.DataFrame) -> str:
 
 
 def section(ctx) -> str:
+    if getattr(ctx, "errors", {}).get("scaling"):
+        raise RuntimeError(f"the scaling run failed: {ctx.errors['scaling']}")
     rows = getattr(ctx, "scaling_rows", None)
     if rows is None:
         return ("## Scaling\n\nNo scaling run in this study (scaling_preset=none). "

@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-BENCHMARKS = ("feed", "pipeline", "scaling_fit")
+BENCHMARKS = ("feed", "repeatability", "pipeline", "scaling_fit")
 
 
 def main(argv=None) -> int:
@@ -19,8 +19,8 @@ def main(argv=None) -> int:
         # Each benchmark in its own process: JAX's device setup (e.g. host device count) is per process.
         env = dict(os.environ)
         env.setdefault("XLA_FLAGS", f"--xla_force_host_platform_device_count={os.cpu_count() or 1}")
-        if name == "feed":
-            env.pop("XLA_FLAGS")  # the feed benchmark measures the default single-device setup
+        if name in ("feed", "repeatability"):
+            env.pop("XLA_FLAGS")  # these measure the default single-device setup
         rc = subprocess.call([sys.executable, "-m", f"benchmarks.{name}", *argv], env=env)
         if rc:
             print(f"benchmarks.{name} failed with exit code {rc}")

@@ -54,7 +54,7 @@ def bench_config():
     return TrainConfig(model="mlp", width=2048, depth=2, batch_size=128, num_samples=4096, source="ram",
                        num_workers=0, read_buffer_size=0, prefetch_buffer_size=0, device_buffer_size=2,
                        cpu_buffer_size=4,
-                       steps=30, warmup_steps=5, resident_steps=30)
+                       min_steps=30, min_measure_s=1.0, warmup_steps=5)
 
 
 def loader_alone_batches_per_s(cfg, n: int = 60) -> float:

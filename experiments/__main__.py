@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import sys
 
-from experiments.configs import ConfigError, apply_overrides, describe_fields, parse_overrides
+from experiments.configs import ConfigError, apply_overrides, coerce, describe_fields, parse_overrides
 from experiments.registry import EXPERIMENTS
+from experiments.results import ResultsError
 
 
 def usage() -> str:
@@ -44,17 +45,22 @@ def main(argv: list[str] | None = None) -> int:
     preset = exp.default_preset
     if rest and rest[0] == "--preset" and len(rest) > 1:
         preset, rest = rest[1], rest[2:]
+    # flags of the run itself may be given bare: --retry_failed is --retry_failed=true
+    rest = [f"{a}=true" if a.startswith("--") and "=" not in a and a[2:].replace("-", "_") in exp.run_options
+            else a for a in rest]
     try:
         overrides = parse_overrides(rest)
         preset = overrides.pop("preset", preset)
         if preset not in exp.presets:
             raise ConfigError(f"preset={preset!r}: {name} has presets {', '.join(exp.presets)}")
         run_opts = {k: overrides.pop(k) for k in list(overrides) if k in exp.run_options}
+        if "retry_failed" in run_opts:
+            run_opts["retry_failed"] = coerce("retry_failed", run_opts["retry_failed"], bool)
         cfg = apply_overrides(exp.presets[preset](), overrides)
-    except ConfigError as e:
+        return exp.main(cfg, preset=preset, **run_opts) or 0
+    except (ConfigError, ResultsError) as e:  # bad input, found before any work (parsing, or the machine's own checks)
         print(f"error: {e}", file=sys.stderr)
         return 2
-    return exp.main(cfg, preset=preset, **run_opts) or 0
 
 
 if __name__ == "__main__":

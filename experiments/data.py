@@ -32,6 +32,23 @@ from experiments.configs import check
 SOURCES = ("arrayrecord", "memmap", "ram")
 DEFAULT_CACHE = Path(os.environ.get("MEMSIM_CACHE", Path(__file__).resolve().parent.parent / ".cache"))
 
+
+
+def check_cache_dir(cache_dir: Path | str) -> Path:
+    """Creates ``cache_dir`` if needed and checks it is writable; ConfigError naming it otherwise."""
+    import tempfile
+    from experiments.configs import ConfigError
+    d = Path(cache_dir)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=d, prefix=".write-check-"):
+            pass
+    except OSError as e:
+        raise ConfigError(f"cache_dir={str(cache_dir)!r}: cannot create or write there ({e.strerror or e}); "
+                          "choose a writable folder") from None
+    return d
+
+
 _MAGIC = b"MSIM"
 _REC_HEADER = struct.Struct("<4sIHHHI")  # magic, label, h, w, c, crc32(raw pixels)
 _MM_HEADER = struct.Struct("<8sQHHHH")  # magic, count, h, w, c, pad

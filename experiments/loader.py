@@ -60,8 +60,12 @@ class LoaderConfig:
               "must be >= 0 (batches read ahead by a background thread; 0: none, each batch is made on demand)")
         check(self.prefetch_buffer_size >= 0, "prefetch_buffer_size", self.prefetch_buffer_size, "must be >= 0")
         check(self.augment_cost >= 0, "augment_cost", self.augment_cost, "must be >= 0 (extra blur passes per sample)")
-        check(0 <= self.crop_padding < self.image_size, "crop_padding", self.crop_padding, "must be in [0, image_size)")
         check(self.workload in ("image", "text"), "workload", self.workload, "expected 'image' or 'text'")
+        if self.workload == "image":
+            check(self.image_size > self.crop_padding, "image_size", self.image_size,
+                  f"must be larger than the crop padding ({self.crop_padding} pixels)")
+        check(0 <= self.crop_padding < max(self.image_size, 1), "crop_padding", self.crop_padding,
+              "must be in [0, image_size)")
         if self.workload == "text":
             check(self.source == "ram", "source", self.source, "the text workload is held in RAM: use source=ram")
             check(self.seq_len > 1, "seq_len", self.seq_len, "must be > 1")

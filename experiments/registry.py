@@ -25,6 +25,7 @@ class Experiment:
 def _train_main(cfg, preset: str, run_id: str | None = None, results_root: str | None = None) -> int:
     from experiments import configs, env, results, train
 
+    train.check_runtime(cfg)
     out = results.run_dir("train", run_id, results_root, resume=run_id is not None)
     results.write_json_atomic(out / "config.json", {"experiment": "train", "preset": preset,
                                                     "config": configs.to_flat_dict(cfg),
@@ -80,9 +81,9 @@ def _sweep_presets():
     return sweep.PRESETS
 
 
-def _sweep_main(cfg, preset, run_id=None, results_root=None):
+def _sweep_main(cfg, preset, run_id=None, results_root=None, retry_failed=False):
     from experiments import sweep
-    return sweep.main(cfg, preset, run_id=run_id, results_root=results_root)
+    return sweep.main(cfg, preset, run_id=run_id, results_root=results_root, retry_failed=retry_failed)
 
 
 def _study_presets():
@@ -90,9 +91,9 @@ def _study_presets():
     return study.PRESETS
 
 
-def _study_main(cfg, preset, run_id=None, results_root=None):
+def _study_main(cfg, preset, run_id=None, results_root=None, retry_failed=False):
     from experiments import study
-    return study.main(cfg, preset, run_id=run_id, results_root=results_root)
+    return study.main(cfg, preset, run_id=run_id, results_root=results_root, retry_failed=retry_failed)
 
 
 def _probe_presets():
@@ -115,15 +116,21 @@ def _scaling_main(cfg, preset, run_id=None, results_root=None):
     return scaling.main(cfg, preset, run_id=run_id, results_root=results_root)
 
 
+_SWEEP_OPTIONS = ("run_id", "results_root", "retry_failed")
+_SWEEP_HELP = Experiment.extra_help + (
+    "  --retry_failed         with --run_id: run again the (configuration, repeat) pairs whose rows all",
+    "                         failed (default: a resumed sweep skips every pair that has a row)",
+)
+
 EXPERIMENTS: dict[str, Experiment] = {
     "train": Experiment("one measured training run: loader → device feed → jitted step",
                         _Lazy(_train_presets), "quick", _train_main),
     "sweep": Experiment("a grid of training runs, resumable, one row per configuration",
-                        _Lazy(_sweep_presets), "quick", _sweep_main),
+                        _Lazy(_sweep_presets), "quick", _sweep_main, _SWEEP_OPTIONS, _SWEEP_HELP),
     "probe": Experiment("measure this machine's tiers and links (reads, copies, transfers, matmul) and fit α, β",
                         _Lazy(_probe_presets), "quick", _probe_main),
     "scaling": Experiment("train the Transformer family on stdlib text for several token budgets: a loss table",
                           _Lazy(_scaling_presets), "quick", _scaling_main),
     "study": Experiment("the main job: the quick sweep plus a readable report with figures",
-                        _Lazy(_study_presets), "quick", _study_main),
+                        _Lazy(_study_presets), "quick", _study_main, _SWEEP_OPTIONS, _SWEEP_HELP),
 }

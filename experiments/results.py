@@ -17,6 +17,7 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from experiments.env import REPO
@@ -141,6 +142,155 @@ def done_config_ids(out_dir: Path) -> set[str]:
         return set()
     df = read_csv_rows(p)
     return set(df["config_id"].astype(str)) if "config_id" in df else set()
+
+
+def done_pairs(out_dir: Path, retry_failed: bool = False) -> set[tuple[str, int]]:
+    """The (config_id, repeat) pairs a resumed sweep skips: every pair with a row, or with
+    ``retry_failed`` only the pairs that have an ok row (failed ones are run again)."""
+    p = Path(out_dir) / "rows.csv"
+    if not p.exists():
+        return set()
+    df = read_csv_rows(p)
+    if not len(df) or "config_id" not in df:
+        return set()
+    rep = df["repeat"].fillna(0).astype(int) if "repeat" in df else pd.Series(0, index=df.index)
+    keep = (df["status"] == "ok").fillna(False) if retry_failed and "status" in df else pd.Series(True, index=df.index)
+    return set(zip(df.loc[keep, "config_id"].astype(str), rep[keep]))
+
+
+def current(rows: pd.DataFrame) -> pd.DataFrame:
+    """Drops failed rows whose (config_id, repeat) later finished ok (after ``--retry_failed``).
+
+    Rows are append-only, so a retried failure stays in ``rows.csv``; this is the view in which
+    each pair has its ok row, or its failed rows if it never succeeded.
+    """
+    if not len(rows) or "config_id" not in rows or "status" not in rows:
+        return rows
+    rep = rows["repeat"].fillna(0).astype(int) if "repeat" in rows else pd.Series(0, index=rows.index)
+    key = rows["config_id"].astype(str) + "#" + rep.astype(str)
+    ok_keys = set(key[rows["status"] == "ok"])
+    drop = (rows["status"] != "ok") & key.isin(ok_keys)
+    return rows[~drop.fillna(False)]
+
+
+# The measured quantities summarize() gives an interval and a CV for.
+SUMMARY_METRICS = ("samples_per_s", "step_time_median_s", "device_resident_samples_per_s", "feed_efficiency")
+
+
+def median_interval(values, level: float = 0.95) -> tuple[float, float, float]:
+    """Distribution-free interval for the median of ``values``: (low, high, coverage).
+
+    The interval is [x(k), x(n+1-k)] of the sorted values with the largest k whose binomial coverage
+    1 - 2·P(Bin(n, 1/2) < k) is at least ``level``; with too few values for that (n < 6 at 95%) it is
+    [min, max] and the coverage it actually has is returned (n = 3: 0.75; n = 5: 0.9375).
+
+    >>> median_interval([3.0, 1.0, 2.0])
+    (1.0, 3.0, 0.75)
+    >>> lo, hi, cov = median_interval(range(1, 11)); (lo, hi, round(cov, 3))
+    (2.0, 9.0, 0.979)
+    """
+    from math import comb
+    x = np.sort(np.asarray([v for v in values if v == v], float))
+    n = len(x)
+    if n == 0:
+        return (float("nan"), float("nan"), float("nan"))
+    if n == 1:
+        return (float(x[0]), float(x[0]), 0.0)
+
+    def coverage(k):  # P(x(k) <= median <= x(n+1-k))
+        return 1.0 - 2.0 * sum(comb(n, i) for i in range(k)) / 2.0 ** n
+
+    k = 1
+    while k + 1 <= n // 2 and coverage(k + 1) >= level:
+        k += 1
+    return (float(x[k - 1]), float(x[n - k]), float(coverage(k)))
+
+
+def summarize(rows: pd.DataFrame, metrics=SUMMARY_METRICS, level: float = 0.95) -> pd.DataFrame:
+    """One row per configuration from the tidy rows of its repeats (ok rows only).
+
+    Every column that is constant within a configuration (its knobs, the environment) is kept as
+    is; every other numeric column becomes its median over the repeats. For each of ``metrics``
+    there are also ``<m>_lo`` and ``<m>_hi`` (``median_interval`` at ``level``; its coverage in
+    ``interval_coverage``) and ``<m>_cv`` (standard deviation over mean, ddof=1). ``repeats`` counts
+    the ok repeats, ``failed_repeats`` the failed ones. ``bound_exceeded`` is true where the interval
+    of ``feed_efficiency`` lies above 1: the fed loop beat its own device-resident bound, so the
+    bound was measured low.
+
+    Args:
+        rows: tidy rows (one per configuration and repeat) with ``config_id`` and ``status``.
+        metrics: columns to give an interval and a CV.
+        level: the interval's nominal coverage.
+
+    Returns:
+        A DataFrame with one row per ``config_id``, in order of first appearance.
+
+    >>> rows = pd.DataFrame({"config_id": ["a"] * 3 + ["b"] * 3, "repeat": [0, 1, 2] * 2,
+    ...                      "status": ["ok"] * 6, "num_workers": [0, 0, 0, 1, 1, 1],
+    ...                      "samples_per_s": [100.0, 110.0, 90.0, 200.0, 190.0, 210.0]})
+    >>> s = summarize(rows, metrics=("samples_per_s",))
+    >>> print(s[["config_id", "num_workers", "repeats", "samples_per_s", "samples_per_s_lo", "samples_per_s_hi"]]
+    ...       .to_string(index=False))
+    config_id  num_workers  repeats  samples_per_s  samples_per_s_lo  samples_per_s_hi
+            a            0        3          100.0              90.0             110.0
+            b            1        3          200.0             190.0             210.0
+    >>> round(float(s.samples_per_s_cv.iloc[0]), 3)
+    0.1
+    """
+    if not len(rows):
+        return pd.DataFrame()
+    if "config_id" not in rows:
+        raise ResultsError("summarize needs a config_id column (rows written by a sweep)")
+    rows = current(rows)
+    status = rows["status"] if "status" in rows else pd.Series("ok", index=rows.index)
+    ok = rows[status == "ok"]
+    failed_n = rows[status != "ok"].groupby("config_id").size()
+    order = list(dict.fromkeys(rows["config_id"].astype(str)))
+    out = []
+    for cid, g in ok.groupby(ok["config_id"].astype(str), sort=False):
+        rec = {}
+        for col in g.columns:
+            v = g[col]
+            if col in ("repeat", "run_dir"):
+                continue
+            if v.nunique(dropna=False) <= 1 or not pd.api.types.is_numeric_dtype(v) or pd.api.types.is_bool_dtype(v):
+                rec[col] = v.iloc[0] if v.nunique(dropna=False) <= 1 else (v.mode().iloc[0] if len(v.mode()) else v.iloc[0])
+            else:
+                rec[col] = float(pd.to_numeric(v, errors="coerce").median())
+        rec["repeats"] = len(g)
+        cov = float("nan")
+        for m in metrics:
+            if m not in g:
+                continue
+            vals = pd.to_numeric(g[m], errors="coerce").to_numpy(float)
+            lo, hi, cov = median_interval(vals, level)
+            rec[m] = float(np.nanmedian(vals))
+            rec[f"{m}_lo"], rec[f"{m}_hi"] = lo, hi
+            mean = float(np.nanmean(vals))
+            rec[f"{m}_cv"] = float(np.nanstd(vals, ddof=1) / mean) if len(vals) > 1 and mean else float("nan")
+        rec["interval_coverage"] = cov
+        if "feed_efficiency_lo" in rec:
+            rec["bound_exceeded"] = bool(rec["feed_efficiency_lo"] > 1.0)
+        out.append(rec)
+    for cid in order:  # configurations with no ok repeat keep one (failed) row
+        if cid not in set(ok["config_id"].astype(str)):
+            g = rows[rows["config_id"].astype(str) == cid]
+            rec = g.iloc[-1].to_dict()
+            rec.pop("repeat", None)
+            rec["repeats"] = 0
+            out.append(rec)
+    df = pd.DataFrame(out)
+    df["failed_repeats"] = df["config_id"].map(failed_n).fillna(0).astype(int)
+    df["_order"] = df["config_id"].astype(str).map({c: i for i, c in enumerate(order)})
+    return df.sort_values("_order").drop(columns="_order").reset_index(drop=True)
+
+
+def repeatability(summary: pd.DataFrame, metric: str = "samples_per_s") -> float:
+    """Median over configurations of the CV of ``metric`` across repeats (NaN with < 2 repeats)."""
+    col = f"{metric}_cv"
+    if col not in summary or not summary[col].notna().any():
+        return float("nan")
+    return float(summary[col].median())
 
 
 def _cell(v):

@@ -1,10 +1,13 @@
-"""Child-process entry used by sweeps: ``python -m experiments.runone DIR``.
+"""One configuration in a child process: ``job(DIR, COMPILE_CACHE)`` (what sweeps fork) or
+``python -m experiments.runone DIR`` (by hand).
 
 Reads DIR/config.json (a TrainConfig), runs it, writes DIR/row.json, steps.csv and grain_stats.csv,
-or DIR/error.json with the error text. It dies with its parent (PR_SET_PDEATHSIG).
+or DIR/error.json with the error text; its stdout and stderr go to DIR/stdout.txt and stderr.txt.
+It dies with its parent (PR_SET_PDEATHSIG).
 """
 
 import json
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -14,12 +17,54 @@ def _jsonable(o):
     return o.item() if hasattr(o, "item") else str(o)
 
 
-def main(argv=None) -> int:
+def _redirect(d: Path) -> None:
+    for fd, name in ((1, "stdout.txt"), (2, "stderr.txt")):
+        f = os.open(d / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(f, fd)
+        os.close(f)
+
+
+def _own_resource_tracker() -> None:
+    # A child forked from the sweep's fork server inherits the fork server's multiprocessing resource
+    # tracker, which lives as long as the sweep: shared-memory segments a run's Grain workers leave
+    # registered there (Grain 0.2.18 leaves some) would pile up in /dev/shm until the sweep ends
+    # (seen: 40 after 8 smoke runs). Forgetting the inherited tracker makes this process start its
+    # own on first use, and it unlinks what the run leaked when the run's processes exit, as it
+    # does for a fresh interpreter. (CPython 3.11-3.13 keep the tracker's pipe in ``_fd``/``_pid``.)
+    from multiprocessing import resource_tracker
+    tracker = getattr(resource_tracker, "_resource_tracker", None)
+    if tracker is not None and hasattr(tracker, "_fd") and hasattr(tracker, "_pid"):
+        with tracker._lock:
+            if tracker._fd is not None:
+                try:
+                    os.close(tracker._fd)
+                except OSError:
+                    pass
+            tracker._fd, tracker._pid = None, None
+
+
+def job(directory: str, compile_cache: str | None = None) -> None:
+    """The child's work; exits 0 with row.json, or 1 with error.json (a KeyboardInterrupt is re-raised)."""
+    from experiments.loader import die_with_parent
+    die_with_parent()
+    _own_resource_tracker()
+    d = Path(directory)
+    _redirect(d)
+    if main([directory], compile_cache):
+        sys.exit(1)
+
+
+def main(argv=None, compile_cache: str | None = None) -> int:
     from experiments.loader import die_with_parent
     die_with_parent()
     d = Path((argv or sys.argv[1:])[0])
     from experiments import train
     try:
+        if compile_cache:
+            import jax
+            jax.config.update("jax_compilation_cache_dir", compile_cache)
+            jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+            jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
         cfg = train.TrainConfig(**json.loads((d / "config.json").read_text()))
         res = train.run_detailed(cfg)
     except KeyboardInterrupt:

@@ -8,6 +8,7 @@ that fails is reported in place with its error, and the rest of the report is st
 from __future__ import annotations
 
 import dataclasses
+import signal
 import sys
 from typing import Literal
 import time
@@ -42,14 +43,17 @@ class StudyContext:
     cfg: SweepConfig
     preset: str
     out_dir: Path
-    rows: pd.DataFrame
+    rows: pd.DataFrame  # one row per configuration: results.summarize of the runs (medians, intervals)
     environment: dict
+    runs: pd.DataFrame | None = None  # the tidy rows: one per (configuration, repeat)
     wall_s: float = 0.0
     probe_raw: pd.DataFrame | None = None
     probe_fits: pd.DataFrame | None = None
     scaling_rows: pd.DataFrame | None = None
     memory: pd.DataFrame | None = None  # experiments.memory.study_footprints, or one 'error' column
+    errors: dict = dataclasses.field(default_factory=dict)  # stage → error text (probes, scaling)
     notes: list = dataclasses.field(default_factory=list)
+    failed_sections: list = dataclasses.field(default_factory=list)
 
 
 def _sections() -> list[tuple[str, Callable[[StudyContext], str]]]:
@@ -65,6 +69,7 @@ def write_report(ctx: StudyContext) -> Path:
             text = fn(ctx)
         except Exception as e:  # noqa: BLE001 — one broken section must not lose the report
             print(f"warning: report section {name!r} failed: {type(e).__name__}: {e}", file=sys.stderr)
+            ctx.failed_sections.append((name, f"{type(e).__name__}: {e}"))
             text = (f"## {name}\n\nThis section failed: `{type(e).__name__}: {e}`\n\n<details><summary>traceback"
                     f"</summary>\n\n```\n{traceback.format_exc()}```\n</details>\n")
         ctx.notes.append((name, time.perf_counter() - t0))
@@ -112,26 +117,47 @@ def run_memory(rows: pd.DataFrame, out: Path) -> pd.DataFrame:
         return pd.DataFrame({"error": [f"{type(e).__name__}: {e}"]})
 
 
-def main(cfg: StudyConfig, preset: str, run_id: str | None = None, results_root: str | None = None) -> int:
-    from experiments import env as env_lib
+def _stage(ctx_errors: dict, name: str, fn, *args):
+    """Runs a measuring stage after the sweep; a failure is kept (its section reports it) and the
+    study goes on to write what it has."""
+    try:
+        return fn(*args)
+    except Exception as e:  # noqa: BLE001 — reported in its section and in the exit status
+        ctx_errors[name] = f"{type(e).__name__}: {e}"
+        print(f"warning: {name} failed: {ctx_errors[name]}", file=sys.stderr)
+        return None
+
+
+def main(cfg: StudyConfig, preset: str, run_id: str | None = None, results_root: str | None = None,
+         retry_failed: bool = False) -> int:
+    from experiments import env as env_lib, train
+    train.check_runtime(cfg.base())
     t0 = time.perf_counter()
     out = results.run_dir("study", run_id, results_root, resume=run_id is not None)
-    print(f"study: {len(cfg.train_configs())} configurations → {out}", flush=True)
-    try:
-        rows = sweep.run(cfg, out, "study")
-    except KeyboardInterrupt:
-        print(f"\ninterrupted: finished rows kept in {out / 'rows.csv'}; rerun with --run_id={out.name}",
-              file=sys.stderr)
-        return 130
-    sweep_s = time.perf_counter() - t0
-    probe_raw, probe_fits = run_probes(cfg, out)
-    try:
-        scaling_rows = run_scaling(cfg, out)
-    except KeyboardInterrupt:
-        print(f"\ninterrupted: finished rows kept in {out}; rerun with --run_id={out.name}", file=sys.stderr)
-        return 130
-    ctx = StudyContext(cfg, preset, out, rows, env_lib.environment(), wall_s=sweep_s, probe_raw=probe_raw,
-                       probe_fits=probe_fits, scaling_rows=scaling_rows, memory=run_memory(rows, out))
+    print(f"study: {len(cfg.train_configs())} configurations × {cfg.repeats} repeats → {out}", flush=True)
+    errors: dict = {}
+    with sweep.interruptible() as sig:
+        try:
+            runs = sweep.run(cfg, out, "study", retry_failed=retry_failed)
+            sweep_s = time.perf_counter() - t0
+            probes = _stage(errors, "probes", run_probes, cfg, out)
+            probe_raw, probe_fits = probes if probes is not None else (None, None)
+            scaling_rows = _stage(errors, "scaling", run_scaling, cfg, out)
+        except KeyboardInterrupt:
+            sig.caught = sig.caught or signal.SIGINT
+    if sig.caught:
+        print(f"\ninterrupted ({signal.Signals(sig.caught).name}): finished rows kept in {out}; "
+              f"rerun with --run_id={out.name}", file=sys.stderr)
+        return sig.exit_code
+    summary = results.summarize(runs) if len(runs) else runs
+    ctx = StudyContext(cfg, preset, out, summary, env_lib.environment(), runs=runs, wall_s=sweep_s,
+                       probe_raw=probe_raw, probe_fits=probe_fits, scaling_rows=scaling_rows,
+                       memory=run_memory(summary, out), errors=errors)
     path = write_report(ctx)
     print(f"report: {path}  ({time.perf_counter() - t0:.0f} s)")
-    return 0
+    code = sweep.report_rows(runs, out)
+    if ctx.failed_sections:
+        print("error: report section(s) failed: " + "; ".join(f"{n}: {e}" for n, e in ctx.failed_sections),
+              file=sys.stderr)
+        code = 1
+    return code

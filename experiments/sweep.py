@@ -1,10 +1,12 @@
 """Sweeps: a grid of training runs, one row per configuration, resumable, safe to interrupt.
 
-Each configuration runs in its own child process (``python -m experiments.runone``), so a crash or
-an out-of-memory kill of one configuration becomes a failed row and the sweep goes on; the
-sweeping process stays small (flat RSS), and whatever a run leaves behind (Grain's shared memory,
-semaphores, worker processes) goes with its process. Children and their loader workers are tied to
-their parent with PR_SET_PDEATHSIG, so killing the sweep leaves no orphans.
+Each (configuration, repeat) runs in its own child process (``Runner``), so a crash or an
+out-of-memory kill of one becomes a failed row and the sweep goes on; the sweeping process stays
+small (flat RSS), and whatever a run leaves behind (Grain's shared memory, semaphores, worker
+processes) goes with its process. Children and their loader workers are tied to their parent with
+PR_SET_PDEATHSIG, so killing the sweep leaves no orphans. Repeats run round-robin over the
+configurations in a seeded shuffled order (``schedule``), so the drift of a shared machine spreads
+over every configuration instead of biasing one.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import itertools
 import json
 import os
 import signal
-import subprocess
+import shutil
 import sys
 import tempfile
 import time
@@ -29,11 +31,14 @@ from experiments.train import TrainConfig
 
 GRID_KEYS = ("model", "source", "image_size", "batch_size", "grad_accum_steps", "precision", "augment_cost",
              "num_workers", "prefetch_buffer_size", "device_buffer_size", "feed")
+# The knobs the designed sample varies (each has a ``sample_<knob>`` tuple of levels).
+SAMPLE_KEYS = ("model", "source", "image_size", "batch_size", "grad_accum_steps", "precision", "augment_cost",
+               "num_workers", "prefetch_buffer_size", "feed")
 
 
 @dataclasses.dataclass(frozen=True)
 class SweepConfig:
-    # the grid (comma-separated on the command line)
+    # the grid (comma-separated on the command line): every combination is a configuration
     model: tuple[str, ...] = ("mlp",)
     source: tuple[str, ...] = ("arrayrecord",)
     image_size: tuple[int, ...] = (32,)
@@ -45,58 +50,144 @@ class SweepConfig:
     prefetch_buffer_size: tuple[int, ...] = (1, 4)
     device_buffer_size: tuple[int, ...] = (2,)
     feed: tuple[str, ...] = ("none", "double_buffer", "grain_device_put")
+    # a designed sample added to the grid: sample_size configurations whose knobs are drawn from the
+    # sample_* levels, each level used equally often, combined at random (seeded; see design_sample)
+    sample_size: int = 0
+    sample_seed: int = 0
+    sample_model: tuple[str, ...] = ("mlp", "cnn")
+    sample_source: tuple[str, ...] = ("ram", "memmap", "arrayrecord")
+    sample_image_size: tuple[int, ...] = (16, 32, 48)
+    sample_batch_size: tuple[int, ...] = (32, 64, 128)
+    sample_grad_accum_steps: tuple[int, ...] = (1, 2)
+    sample_precision: tuple[str, ...] = ("fp32", "bf16")
+    sample_augment_cost: tuple[int, ...] = (0, 2, 4)
+    sample_num_workers: tuple[int, ...] = (0, 1, 2)
+    sample_prefetch_buffer_size: tuple[int, ...] = (1, 4)
+    sample_feed: tuple[str, ...] = ("none", "double_buffer", "grain_device_put")
     # fixed for every configuration
     width: int = 512
     depth: int = 2
+    cnn_width: int = 16
+    cnn_depth: int = 3
     num_samples: int = 2048
-    steps: int = 30
+    min_steps: int = 30
+    min_measure_s: float = 1.0
     warmup_steps: int = 3
-    resident_steps: int = 15
+    warmup_time_s: float = 0.0
+    max_warmup_s: float = 3.0
     seed: int = 0
     grain_stats: bool = True
     cache_dir: str = TrainConfig.cache_dir
-    # how the sweep runs
+    # how the sweep runs: each configuration `repeats` times, round-robin over the configurations in
+    # an order shuffled (seeded by order_seed) anew for each round
+    repeats: int = 1
+    order_seed: int = 0
     config_timeout_s: float = 600.0
     isolate: bool = True
 
     def __post_init__(self):
         for k in GRID_KEYS:
             check(len(getattr(self, k)) > 0, k, getattr(self, k), "the grid needs at least one value")
+        check(self.sample_size >= 0, "sample_size", self.sample_size, "must be >= 0")
+        for k in SAMPLE_KEYS:
+            check(len(getattr(self, f"sample_{k}")) > 0 or not self.sample_size, f"sample_{k}",
+                  getattr(self, f"sample_{k}"), "the designed sample needs at least one level")
+        check(self.repeats >= 1, "repeats", self.repeats, "must be >= 1")
         check(self.config_timeout_s > 0, "config_timeout_s", self.config_timeout_s, "must be positive")
         self.train_configs()  # every combination must be a valid TrainConfig, before any work
 
-    def train_configs(self) -> list[TrainConfig]:
-        base = TrainConfig(width=self.width, depth=self.depth, num_samples=self.num_samples, steps=self.steps,
-                           warmup_steps=self.warmup_steps, resident_steps=self.resident_steps, seed=self.seed,
-                           grain_stats=self.grain_stats, cache_dir=self.cache_dir)
-        out = []
-        for combo in itertools.product(*(getattr(self, k) for k in GRID_KEYS)):
-            kw = dict(zip(GRID_KEYS, combo))
-            try:
-                out.append(configs.apply_overrides(base, kw))
-            except ConfigError as e:
-                raise ConfigError(f"grid combination {kw} is impossible: {e}") from None
+    def base(self) -> TrainConfig:
+        return TrainConfig(width=self.width, depth=self.depth, num_samples=self.num_samples,
+                           min_steps=self.min_steps, min_measure_s=self.min_measure_s,
+                           warmup_steps=self.warmup_steps, warmup_time_s=self.warmup_time_s,
+                           max_warmup_s=self.max_warmup_s, seed=self.seed, grain_stats=self.grain_stats,
+                           cache_dir=self.cache_dir)
+
+    def _make(self, kw: dict, what: str) -> TrainConfig:
+        if kw.get("model") == "cnn":
+            kw = {**kw, "width": self.cnn_width, "depth": self.cnn_depth}
+        try:
+            return configs.apply_overrides(self.base(), kw)
+        except ConfigError as e:
+            raise ConfigError(f"{what} {kw} is impossible: {e}") from None
+
+    def grid_configs(self) -> list[TrainConfig]:
+        return [self._make(dict(zip(GRID_KEYS, combo)), "grid combination")
+                for combo in itertools.product(*(getattr(self, k) for k in GRID_KEYS))]
+
+    def sample_configs(self) -> list[TrainConfig]:
+        levels = {k: getattr(self, f"sample_{k}") for k in SAMPLE_KEYS}
+        return [self._make(p, "sampled configuration") for p in design_sample(levels, self.sample_size,
+                                                                              self.sample_seed)]
+
+    def designed_configs(self) -> list[tuple[str, TrainConfig]]:
+        """("grid" | "sample", config): the grid, then the designed sample (points already in the
+        grid are not repeated)."""
+        out, seen = [], set()
+        for design, tcs in (("grid", self.grid_configs()), ("sample", self.sample_configs())):
+            for tc in tcs:
+                cid = results.config_id(configs.to_flat_dict(tc))
+                if cid not in seen:
+                    seen.add(cid)
+                    out.append((design, tc))
         return out
+
+    def train_configs(self) -> list[TrainConfig]:
+        return [tc for _, tc in self.designed_configs()]
+
+
+def design_sample(levels: dict[str, tuple], n: int, seed: int, candidates: int = 200) -> list[dict]:
+    """``n`` points over the knobs in ``levels``: a balanced random (Latin-hypercube-like) design.
+
+    In each candidate design every knob's levels are repeated to length ``n`` (so each level appears
+    ⌊n/L⌋ or ⌈n/L⌉ times) and shuffled independently of the other knobs; of ``candidates`` seeded
+    candidates the one with the largest smallest Hamming distance between two points is kept
+    (maximin, as for Latin hypercubes: no two points nearly the same), ties broken by fewer pairs at
+    that distance.
+
+    >>> pts = design_sample({"a": (0, 1), "b": ("x", "y", "z")}, 6, seed=0)
+    >>> sorted(p["a"] for p in pts), sorted(p["b"] for p in pts)
+    ([0, 0, 0, 1, 1, 1], ['x', 'x', 'y', 'y', 'z', 'z'])
+    >>> pts == design_sample({"a": (0, 1), "b": ("x", "y", "z")}, 6, seed=0)
+    True
+    """
+    import numpy as np
+    if n <= 0:
+        return []
+    keys = list(levels)
+    rng = np.random.default_rng(seed)
+    best, best_score = None, None
+    for _ in range(candidates):
+        cols = [rng.permutation(np.resize(np.arange(len(levels[k])), n)) for k in keys]
+        idx = np.stack(cols, axis=1)
+        d = (idx[:, None, :] != idx[None, :, :]).sum(-1)[np.triu_indices(n, 1)] if n > 1 else np.array([len(keys)])
+        score = (int(d.min()), -int((d == d.min()).sum()))
+        if best_score is None or score > best_score:
+            best, best_score = idx, score
+    return [{k: levels[k][int(i)] for k, i in zip(keys, row)} for row in best]
 
 
 def smoke() -> SweepConfig:
     """A few seconds per configuration: used by the tests."""
     return SweepConfig(source=("ram",), augment_cost=(0,), num_workers=(0,), prefetch_buffer_size=(1,),
                        feed=("none", "double_buffer"), batch_size=(16,), width=32, depth=1, num_samples=64,
-                       steps=2, warmup_steps=1, resident_steps=1, image_size=(16,))
+                       min_steps=2, min_measure_s=0.0, warmup_steps=1, max_warmup_s=0.2, image_size=(16,))
 
 
 def quick() -> SweepConfig:
-    """The demo's sweep: 18 configurations, about 3 minutes on a 2-core CPU."""
-    return SweepConfig()
+    """The demo's sweep: the workers × prefetch × feed grid (18) plus a designed sample of 8 over the
+    other knobs, each configuration 3 times interleaved, 1 s windows; about 4 minutes on a 2-core CPU."""
+    return SweepConfig(sample_size=8, repeats=3, min_steps=20, min_measure_s=1.0, max_warmup_s=1.0,
+                       grain_stats=False)
 
 
 def full() -> SweepConfig:
-    """A broad sweep over every knob: 768 configurations; expect about 3 hours on a 2-core CPU."""
+    """A broad sweep over every knob: 768 configurations, 3 repeats, 2 s windows; about 10 hours on a
+    2-core CPU (not measured end to end: 768 × 3 runs of about 15 s)."""
     return SweepConfig(source=("arrayrecord", "memmap", "ram"), batch_size=(32, 128), precision=("fp32", "bf16"),
                        grad_accum_steps=(1, 2), augment_cost=(0, 4), num_workers=(0, 1, 2, 4),
                        prefetch_buffer_size=(1, 4), device_buffer_size=(1, 2), feed=("none", "double_buffer"),
-                       steps=40)
+                       repeats=3, min_steps=40, min_measure_s=2.0)
 
 
 PRESETS = {"smoke": smoke, "quick": quick, "full": full}
@@ -111,40 +202,76 @@ def _signal_name(rc: int) -> str:
         return f"signal {-rc}"
 
 
-def run_one_isolated(cfg: TrainConfig, timeout_s: float) -> dict:
-    """Runs one configuration in a child process; returns {'row', 'steps', 'grain_stats'} or an error."""
-    with tempfile.TemporaryDirectory(prefix="memsim-run-") as tmp:
-        tmp = Path(tmp)
-        (tmp / "config.json").write_text(json.dumps(dataclasses.asdict(cfg)))
-        proc = subprocess.Popen([sys.executable, "-m", "experiments.runone", str(tmp)], cwd=env_lib.REPO,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+# Modules every child imports; the fork server imports them once (2.3 s of imports per run saved,
+# measured on the 2-core CPU: `python -c "import jax, flax.nnx, optax, grain, pandas"`).
+PRELOAD = ["numpy", "pandas", "jax", "jax.numpy", "flax.nnx", "optax", "grain", "psutil",
+           "experiments.train", "experiments.feed", "experiments.loader", "experiments.runone"]
+
+
+class Runner:
+    """Runs each configuration in a child process of its own, forked from a fork server that has
+    already imported JAX, Flax, optax and Grain (``multiprocessing``'s forkserver; no JAX backend is
+    started before the fork, so every child starts its own). A crash, a kill or a timeout of one
+    configuration becomes a failed row; whatever a run leaves behind (Grain's shared memory,
+    semaphores, worker processes) goes with its process. The children share a JAX persistent
+    compilation cache for the sweep's lifetime, so repeats of a configuration load their step
+    instead of compiling it again (compile time is recorded apart either way).
+    """
+
+    def __init__(self):
+        import multiprocessing as mp
+        self._ctx = mp.get_context("forkserver")
+        self._ctx.set_forkserver_preload(PRELOAD)
+        self._tmp = tempfile.TemporaryDirectory(prefix="memsim-sweep-")
+        self.compile_cache = str(Path(self._tmp.name) / "xla-cache")
+        self._n = 0
+
+    def close(self):
+        self._tmp.cleanup()
+
+    def run(self, cfg: TrainConfig, timeout_s: float) -> dict:
+        from experiments import runone
+        self._n += 1
+        d = Path(self._tmp.name) / f"job{self._n}"
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps(dataclasses.asdict(cfg)))
+        p = self._ctx.Process(target=runone.job, args=(str(d), self.compile_cache), name="memsim-run")
         try:
-            _, err = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            _, err = proc.communicate()
-            return {"error": f"timed out after {timeout_s:.0f} s (config_timeout_s)"}
+            p.start()
+            p.join(timeout_s)
+            if p.exitcode is None:
+                p.kill()
+                p.join()
+                return {"error": f"timed out after {timeout_s:.0f} s (config_timeout_s)"}
         except BaseException:
-            proc.kill()
-            proc.communicate()
+            if p.exitcode is None and p.pid is not None:
+                p.kill()
+                p.join()
             raise
-        if proc.returncode == 0 and (tmp / "row.json").exists():
-            out = {"row": json.loads((tmp / "row.json").read_text())}
-            for name in ("steps", "grain_stats"):
-                p = tmp / f"{name}.csv"
-                out[name] = pd.read_csv(p) if p.exists() and p.stat().st_size > 1 else pd.DataFrame()
-            return out
-        if (tmp / "error.json").exists():
-            return {"error": json.loads((tmp / "error.json").read_text())["error"]}
-        tail = (err or "").strip().splitlines()[-3:]
-        if proc.returncode < 0:
-            why = f"killed by {_signal_name(proc.returncode)}"
-            if proc.returncode == -signal.SIGKILL:
-                why += " (out of memory?)"
-            if proc.returncode == -signal.SIGINT:
-                raise KeyboardInterrupt
-            return {"error": why + (": " + " | ".join(tail) if tail else "")}
-        return {"error": f"exit code {proc.returncode}: " + " | ".join(tail)}
+        try:
+            return collect(d, p.exitcode)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def collect(d: Path, rc: int) -> dict:
+    """What a finished child left in ``d``: {'row', 'steps', 'grain_stats'} or {'error'}."""
+    if rc == 0 and (d / "row.json").exists():
+        out = {"row": json.loads((d / "row.json").read_text())}
+        for name in ("steps", "grain_stats"):
+            p = d / f"{name}.csv"
+            out[name] = pd.read_csv(p) if p.exists() and p.stat().st_size > 1 else pd.DataFrame()
+        return out
+    if (d / "error.json").exists():
+        return {"error": json.loads((d / "error.json").read_text())["error"]}
+    log = d / "stderr.txt"
+    tail = [ln for ln in (log.read_text(errors="replace").strip().splitlines() if log.exists() else []) if ln][-3:]
+    if rc is not None and rc < 0:
+        why = f"killed by {_signal_name(rc)}"
+        if rc == -signal.SIGKILL:
+            why += " (out of memory?)"
+        return {"error": why + (": " + " | ".join(tail) if tail else "")}
+    return {"error": f"exit code {rc}" + (": " + " | ".join(tail) if tail else "")}
 
 
 def run_one_inline(cfg: TrainConfig) -> dict:
@@ -158,71 +285,176 @@ def run_one_inline(cfg: TrainConfig) -> dict:
     return {"row": res.row.iloc[0].to_dict(), "steps": res.steps, "grain_stats": res.grain_stats}
 
 
-def _append_frame(out_dir: Path, name: str, df: pd.DataFrame, cid: str) -> None:
+def _append_frame(out_dir: Path, name: str, df: pd.DataFrame, cid: str, repeat: int) -> None:
     if df is None or not len(df):
         return
     w = results.RowWriter(out_dir, name)
-    for rec in df.assign(config_id=cid).to_dict("records"):
+    for rec in df.assign(config_id=cid, repeat=repeat).to_dict("records"):
         w.append(rec)
 
 
-def run(cfg: SweepConfig, out_dir: Path, experiment: str = "sweep", progress: bool = True,
-        on_config_done=None) -> pd.DataFrame:
-    """Runs every configuration of the grid not yet in ``out_dir/rows.csv``; returns all rows.
+def schedule(n_configs: int, repeats: int, order_seed: int) -> list[tuple[int, int]]:
+    """(configuration index, repeat) in run order: round r runs every configuration once, in a
+    permutation seeded by (order_seed, r), so a drifting machine spreads over all configurations.
 
-    ``on_config_done(row)``, if given, is called after each configuration's row is written.
+    >>> schedule(3, 2, order_seed=0)
+    [(2, 0), (0, 0), (1, 0), (2, 1), (0, 1), (1, 1)]
+    """
+    import numpy as np
+    out = []
+    for r in range(repeats):
+        out += [(int(i), r) for i in np.random.default_rng([order_seed, r]).permutation(n_configs)]
+    return out
+
+
+def run(cfg: SweepConfig, out_dir: Path, experiment: str = "sweep", progress: bool = True,
+        on_config_done=None, retry_failed: bool = False) -> pd.DataFrame:
+    """Runs every (configuration, repeat) not yet in ``out_dir/rows.csv``; returns all rows.
+
+    One row per (configuration, repeat), with ``config_id``, ``repeat`` and ``attempt``. With
+    ``retry_failed`` the pairs whose rows all failed are run again (a new row, ``attempt`` + 1; the
+    failed one stays: rows are append-only, ``results.current`` hides it).
+    ``on_config_done(row)``, if given, is called after each row is written.
     """
     from tqdm import tqdm
 
-    todo = cfg.train_configs()
+    designed = cfg.designed_configs()
+    todo = [tc for _, tc in designed]
     environment = env_lib.environment()
     cfg_path = out_dir / "config.json"
     if not cfg_path.exists():
         results.write_json_atomic(cfg_path, {"experiment": experiment, "sweep": configs.to_flat_dict(cfg),
-                                             "grid_keys": list(GRID_KEYS), "num_configs": len(todo),
+                                             "grid_keys": list(GRID_KEYS), "sample_keys": list(SAMPLE_KEYS),
+                                             "num_configs": len(todo), "repeats": cfg.repeats,
                                              "environment": environment})
-    done = results.done_config_ids(out_dir)
+    done = results.done_pairs(out_dir, retry_failed=retry_failed)
+    existing = results.read_csv_rows(out_dir / "rows.csv") if (out_dir / "rows.csv").exists() else pd.DataFrame()
     writer = results.RowWriter(out_dir)
-    skipped = sum(results.config_id(configs.to_flat_dict(c)) in done for c in todo)
-    bar = tqdm(total=len(todo), initial=skipped, disable=not progress, unit="config", dynamic_ncols=True,
+    flats = [configs.to_flat_dict(c) for c in todo]
+    cids = [results.config_id(f) for f in flats]
+    order = [(i, r) for i, r in schedule(len(todo), cfg.repeats, cfg.order_seed) if (cids[i], r) not in done]
+    total = len(todo) * cfg.repeats
+    vary = [k for k in GRID_KEYS if len({f[k] for f in flats}) > 1]
+    bar = tqdm(total=total, initial=total - len(order), disable=not progress, unit="run", dynamic_ncols=True,
                desc=experiment, file=sys.stderr)
+    runner = Runner() if cfg.isolate else None
     try:
-        for tc in todo:
-            flat = configs.to_flat_dict(tc)
-            cid = results.config_id(flat)
-            if cid in done:
-                continue
-            bar.set_postfix_str(" ".join(f"{k}={flat[k]}" for k in GRID_KEYS if len(getattr(cfg, k)) > 1))
+        for i, rep in order:
+            tc, flat, cid = todo[i], flats[i], cids[i]
+            bar.set_postfix_str(f"r{rep} " + " ".join(f"{k}={flat[k]}" for k in vary))
+            attempt = 1
+            if len(existing) and "config_id" in existing:
+                same = existing["config_id"].astype(str) == cid
+                if "repeat" in existing:
+                    same &= existing["repeat"].fillna(0).astype(int) == rep
+                attempt = int(same.sum()) + 1
             t0 = time.perf_counter()
-            out = run_one_isolated(tc, cfg.config_timeout_s) if cfg.isolate else run_one_inline(tc)
+            out = runner.run(tc, cfg.config_timeout_s) if runner is not None else run_one_inline(tc)
+            head = {"config_id": cid, "repeat": rep, "attempt": attempt, "design": designed[i][0]}
             if "row" in out:
-                row = {"config_id": cid, **out["row"]}
+                row = {**head, **out["row"]}
             else:
-                row = {"config_id": cid, **flat, **environment, "status": "failed", "error": out["error"],
+                row = {**head, **flat, **environment, "status": "failed", "error": out["error"],
                        "wall_s": time.perf_counter() - t0}
             writer.append(row)
-            _append_frame(out_dir, "steps", out.get("steps"), cid)
-            _append_frame(out_dir, "grain_stats", out.get("grain_stats"), cid)
-            done.add(cid)
+            _append_frame(out_dir, "steps", out.get("steps"), cid, rep)
+            _append_frame(out_dir, "grain_stats", out.get("grain_stats"), cid, rep)
             bar.update(1)
             if on_config_done is not None:
                 on_config_done(row)
     finally:
         bar.close()
+        if runner is not None:
+            runner.close()
     return results.read_csv_rows(out_dir / "rows.csv")
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM reached the sweep; ``signum`` says which."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class interruptible:
+    """Turns SIGINT and SIGTERM into ``Interrupted`` in the main thread, and remembers that one came.
+
+    ``caught`` stays set even if some library swallowed the exception, so the run still exits with
+    128 + the signal's number instead of 0.
+    """
+
+    def __init__(self):
+        self.caught: int | None = None
+
+    def _handler(self, signum, frame):
+        self.caught = self.caught or signum
+        raise Interrupted(signum)
+
+    def __enter__(self):
+        self._old = {s: signal.signal(s, self._handler) for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc):
+        for s, h in self._old.items():
+            signal.signal(s, h)
+        return False
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + (self.caught or signal.SIGINT)
+
+
+def failure_summary(rows: pd.DataFrame, limit: int = 5) -> str:
+    """A few lines naming what failed (configuration knobs, repeat, error)."""
+    cur = results.current(rows)
+    bad = cur[cur.status != "ok"] if len(cur) else cur
+    lines = []
+    for _, r in bad.head(limit).iterrows():
+        knobs = " ".join(f"{k}={r[k]}" for k in GRID_KEYS if k in r)
+        lines.append(f"  repeat {r.get('repeat', 0)}: {knobs}: {r.error}")
+    if len(bad) > limit:
+        lines.append(f"  … and {len(bad) - limit} more (see the error column of rows.csv)")
+    return "\n".join(lines)
+
+
 def main(cfg: SweepConfig, preset: str, run_id: str | None = None, results_root: str | None = None,
-         experiment: str = "sweep") -> int:
+         experiment: str = "sweep", retry_failed: bool = False) -> int:
+    from experiments import train
+    train.check_runtime(cfg.base())
     out = results.run_dir(experiment, run_id, results_root, resume=run_id is not None)
-    print(f"{experiment}: {len(cfg.train_configs())} configurations → {out}", flush=True)
-    try:
-        rows = run(cfg, out, experiment)
-    except KeyboardInterrupt:
-        n = len(results.done_config_ids(out))
-        print(f"\ninterrupted: {n} finished configuration(s) kept in {out / 'rows.csv'}; "
-              f"rerun with --run_id={out.name} to finish the rest", file=sys.stderr)
-        return 130
-    ok = rows[rows.status == "ok"] if len(rows) else rows
-    print(f"{len(rows)} rows ({len(ok)} ok, {len(rows) - len(ok)} failed) in {out / 'rows.csv'}")
+    n = len(cfg.train_configs())
+    print(f"{experiment}: {n} configurations × {cfg.repeats} repeats → {out}", flush=True)
+    with interruptible() as sig:
+        try:
+            rows = run(cfg, out, experiment, retry_failed=retry_failed)
+        except KeyboardInterrupt:
+            sig.caught = sig.caught or signal.SIGINT
+    if sig.caught:
+        kept = len(results.done_pairs(out))
+        print(f"\ninterrupted ({signal.Signals(sig.caught).name}): {kept} finished run(s) kept in "
+              f"{out / 'rows.csv'}; rerun with --run_id={out.name} to finish the rest", file=sys.stderr)
+        return sig.exit_code
+    return report_rows(rows, out)
+
+
+def report_rows(rows: pd.DataFrame, out: Path) -> int:
+    """Prints what the sweep measured (and its noise); 1 if any run failed, else 0."""
+    cur = results.current(rows)
+    ok = cur[cur.status == "ok"] if len(cur) else cur
+    failed = len(cur) - len(ok)
+    print(f"{len(cur)} runs ({len(ok)} ok, {failed} failed) in {out / 'rows.csv'}")
+    if len(ok):
+        summ = results.summarize(cur)
+        cv = results.repeatability(summ)
+        if cv == cv:
+            print(f"repeatability: median CV of samples/s over configurations {cv:.1%}")
+        flagged = int(summ.get("bound_exceeded", pd.Series(dtype=bool)).fillna(False).sum())
+        if flagged:
+            print(f"warning: {flagged} configuration(s) beat their device-resident bound beyond its interval "
+                  "(bound_exceeded): the bound was measured while something competed", file=sys.stderr)
+    if failed:
+        print(f"error: {failed} of {len(cur)} runs failed:\n{failure_summary(cur)}\n"
+              f"rerun with --run_id={out.name} --retry_failed to run them again", file=sys.stderr)
+        return 1
     return 0

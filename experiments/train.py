@@ -55,12 +55,16 @@ class TrainConfig:
     cpu_buffer_size: int = 4
     device_buffer_size: int = 2
     num_devices: int = 0
-    # optimisation and timing
+    # optimisation
     learning_rate: float = 1e-3
     weight_decay: float = 1e-4
-    steps: int = 30
+    # timing: the fed loop and the device-resident bound each warm up, then measure until both
+    # min_steps and min_measure_s are reached (see measure_window)
+    min_steps: int = 30
+    min_measure_s: float = 1.0
     warmup_steps: int = 3
-    resident_steps: int = 20
+    warmup_time_s: float = 0.0
+    max_warmup_s: float = 3.0
     seed: int = 0
     data_timeout_s: float = 120.0
     grain_stats: bool = True
@@ -79,9 +83,14 @@ class TrainConfig:
         check(self.cpu_buffer_size >= (1 if self.feed == "grain_device_put" else 0), "cpu_buffer_size",
               self.cpu_buffer_size, f"must be >= 1 with feed={self.feed}")
         check(self.num_devices >= 0, "num_devices", self.num_devices, "must be >= 0 (0 = all local devices)")
-        check(self.steps >= 1, "steps", self.steps, "must be >= 1")
-        check(self.warmup_steps >= 1, "warmup_steps", self.warmup_steps, "must be >= 1 (the first step compiles)")
-        check(self.resident_steps >= 1, "resident_steps", self.resident_steps, "must be >= 1")
+        check(self.min_steps >= 2, "min_steps", self.min_steps, "must be >= 2 (an interval needs two steps)")
+        check(math.isfinite(self.min_measure_s) and self.min_measure_s >= 0, "min_measure_s", self.min_measure_s,
+              "must be a finite number of seconds >= 0")
+        check(self.warmup_steps >= 1, "warmup_steps", self.warmup_steps, "must be >= 1")
+        check(math.isfinite(self.warmup_time_s) and self.warmup_time_s >= 0, "warmup_time_s", self.warmup_time_s,
+              "must be >= 0 (0: warm up until the step time is steady)")
+        check(math.isfinite(self.max_warmup_s) and self.max_warmup_s > 0, "max_warmup_s", self.max_warmup_s,
+              "must be a positive number of seconds")
         check(math.isfinite(self.learning_rate) and self.learning_rate > 0, "learning_rate", self.learning_rate,
               "must be a positive finite number")
         check(math.isfinite(self.weight_decay) and self.weight_decay >= 0, "weight_decay", self.weight_decay,
@@ -111,17 +120,18 @@ class TrainConfig:
 
 def smoke() -> TrainConfig:
     """Seconds on a 2-core CPU: used by the tests."""
-    return TrainConfig(width=64, depth=1, batch_size=32, num_samples=256, steps=6, warmup_steps=2, resident_steps=4)
+    return TrainConfig(width=64, depth=1, batch_size=32, num_samples=256, min_steps=6, min_measure_s=0.0,
+                       warmup_steps=2, max_warmup_s=0.5)
 
 
 def quick() -> TrainConfig:
-    """The default single run (well under a minute on a 2-core CPU)."""
+    """The default single run (about 15 s on a 2-core CPU: 1 s windows for the fed loop and the bound)."""
     return TrainConfig()
 
 
 def full() -> TrainConfig:
-    return TrainConfig(model="cnn", width=32, depth=3, num_samples=8192, steps=100, warmup_steps=5,
-                       resident_steps=50, num_workers=2)
+    return TrainConfig(model="cnn", width=32, depth=3, num_samples=8192, min_steps=100, min_measure_s=5.0,
+                       warmup_steps=5, num_workers=2)
 
 
 PRESETS = {"smoke": smoke, "quick": quick, "full": full}
@@ -272,7 +282,8 @@ def _devices(cfg: TrainConfig):
     devs = jax.local_devices()
     n = cfg.num_devices or len(devs)
     if n > len(devs):
-        raise ConfigError(f"num_devices={n}: only {len(devs)} local device(s) here")
+        raise ConfigError(f"num_devices={n}: only {len(devs)} local device(s) here; use --num_devices=0 "
+                          f"(all) or at most {len(devs)}")
     micro = cfg.batch_size // cfg.grad_accum_steps
     if micro % n:
         raise ConfigError(f"batch_size={cfg.batch_size}: the micro-batch ({micro} = batch_size / grad_accum_steps) "
@@ -280,9 +291,120 @@ def _devices(cfg: TrainConfig):
     return devs[:n]
 
 
+def check_runtime(cfg: TrainConfig) -> None:
+    """Checks what only this machine can say (devices, a writable cache_dir); ConfigError before any work."""
+    _devices(cfg)
+    data_lib.check_cache_dir(cfg.cache_dir)
+
+
 def _finite(loss: float, step: int) -> None:
     if not math.isfinite(loss):
         raise NonFiniteLoss(f"loss is {loss} at step {step}; lower learning_rate or check the data")
+
+
+# Warm-up is steady when the median step time of the last STEADY_WINDOW steps is within STEADY_TOL of
+# the median of the STEADY_WINDOW before them (the first steps after compiling run slower: caches,
+# allocator, loader buffers filling).
+STEADY_WINDOW = 5
+STEADY_TOL = 0.10
+
+
+@dataclasses.dataclass
+class Window:
+    """What ``measure_window`` ran: per-step records, and how the warm-up ended."""
+    records: list
+    warmup_steps: int
+    warmup_s: float
+    steady: bool
+    measured_steps: int
+    measured_s: float
+
+
+def _steady(times: list[float]) -> bool:
+    w = STEADY_WINDOW
+    if len(times) < 2 * w:
+        return False
+    last, prev = float(np.median(times[-w:])), float(np.median(times[-2 * w:-w]))
+    return abs(last / prev - 1.0) <= STEADY_TOL
+
+
+def measure_window(step_fn, cfg: TrainConfig, on_measure_start=None) -> Window:
+    """Runs ``step_fn(i) -> record`` (a dict with ``step_time_s``) through warm-up, then measurement.
+
+    Warm-up runs at least ``warmup_steps`` steps; then, with ``warmup_time_s > 0``, until that much
+    time has passed; otherwise until the step time is steady (``_steady``) or ``max_warmup_s`` has
+    passed (then ``steady`` is recorded false). Measurement runs until both ``min_steps`` steps and
+    ``min_measure_s`` seconds are reached. ``on_measure_start()`` is called between the two.
+    """
+    records, times = [], []
+    t_warm = 0.0
+    steady = False
+    while True:
+        rec = step_fn(len(records))
+        records.append({**rec, "warmup": True})
+        times.append(rec["step_time_s"])
+        t_warm += rec["step_time_s"]
+        if len(records) < cfg.warmup_steps:
+            continue
+        steady = _steady(times)
+        if cfg.warmup_time_s > 0:
+            if t_warm >= cfg.warmup_time_s:
+                break
+        elif steady or t_warm >= cfg.max_warmup_s:
+            break
+    n_warm = len(records)
+    if on_measure_start is not None:
+        on_measure_start()
+    t_meas, n = 0.0, 0
+    while n < cfg.min_steps or t_meas < cfg.min_measure_s:
+        rec = step_fn(len(records))
+        records.append({**rec, "warmup": False})
+        t_meas += rec["step_time_s"]
+        n += 1
+    return Window(records, n_warm, t_warm, steady, n, t_meas)
+
+
+def ratio_interval(num_times, den_times, n_blocks: int = 10, resamples: int = 2000, seed: int = 0,
+                   level: float = 0.95) -> tuple[float, float]:
+    """Interval of (rate of ``num_times``) / (rate of ``den_times``) by a block bootstrap.
+
+    Each series of per-step times is cut into ``n_blocks`` consecutive blocks (blocks rather than steps,
+    because consecutive step times are correlated: a slow loader stalls several steps); blocks are drawn
+    with replacement in each series, and the ratio of the two mean rates is taken per resample.
+    Returns the ``level`` percentile interval.
+
+    >>> lo, hi = ratio_interval([1.0] * 20, [0.5] * 20)
+    >>> round(lo, 6), round(hi, 6)
+    (0.5, 0.5)
+    """
+    def blocks(x):
+        x = np.asarray(x, float)
+        k = max(1, min(n_blocks, len(x) // 2))
+        parts = np.array_split(x, k)
+        return np.array([p.sum() for p in parts]), np.array([len(p) for p in parts], float)
+
+    rng = np.random.default_rng(seed)
+    (nt, nn), (dt, dn) = blocks(num_times), blocks(den_times)
+    i = rng.integers(0, len(nt), (resamples, len(nt)))
+    j = rng.integers(0, len(dt), (resamples, len(dt)))
+    ratio = (nn[i].sum(1) / nt[i].sum(1)) / (dn[j].sum(1) / dt[j].sum(1))
+    a = (1 - level) / 2
+    return float(np.quantile(ratio, a)), float(np.quantile(ratio, 1 - a))
+
+
+def _loader_quiet(timeout_s: float = 10.0) -> bool:
+    """Waits until no loader worker process of this process is alive; True if none was left."""
+    import psutil
+    me = psutil.Process()
+    deadline = time.perf_counter() + timeout_s
+    while True:
+        alive = [p for p in me.children(recursive=True) if p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+                 and "resource_tracker" not in " ".join(p.cmdline())]
+        if not alive:
+            return True
+        if time.perf_counter() > deadline:
+            return False
+        time.sleep(0.02)
 
 
 def run_detailed(cfg: TrainConfig) -> RunResult:
@@ -291,6 +413,7 @@ def run_detailed(cfg: TrainConfig) -> RunResult:
     from experiments.models import make_model, param_counts
 
     devices = _devices(cfg)
+    data_lib.check_cache_dir(cfg.cache_dir)
     sharding = batch_sharding(devices)
     t_start = time.perf_counter()
     model = make_model(cfg.model_config(), seed=cfg.seed)
@@ -304,25 +427,25 @@ def run_detailed(cfg: TrainConfig) -> RunResult:
     host_ds = build_dataset(cfg.loader_config(), stage_timing=cfg.grain_stats)
     feed = make_feed(cfg.feed, host_ds, sharding, cpu_buffer_size=cfg.cpu_buffer_size,
                      device_buffer_size=cfg.device_buffer_size, timeout_s=cfg.data_timeout_s)
-    records = []
     grain_stats = pd.DataFrame()
+    closed = False
     try:
         t0 = time.perf_counter()
-        batch, times = next(feed)
+        first, first_times = next(feed)
         time_to_first_batch = time.perf_counter() - t0
         t0 = time.perf_counter()
-        compiled = step.compile(batch)
+        compiled = step.compile(first)
         compile_s = time.perf_counter() - t0
         cost = compiled.cost_analysis() or {}
         cost = cost[0] if isinstance(cost, (list, tuple)) else cost
         mem = compiled.memory_analysis()
+        last = {"batch": first}
 
-        total = cfg.warmup_steps + cfg.steps
-        for i in range(total):
-            if i == cfg.warmup_steps:
-                sampler.window_start()
+        def fed_step(i):
             t0 = time.perf_counter()
-            if i > 0:
+            if i == 0:
+                batch, times = first, first_times
+            else:
                 batch, times = next(feed)
             t1 = time.perf_counter()
             with jax.transfer_guard("disallow"):
@@ -331,36 +454,56 @@ def run_detailed(cfg: TrainConfig) -> RunResult:
             t2 = time.perf_counter()
             loss_v = float(jax.device_get(loss))
             _finite(loss_v, i)
-            records.append({"step": i, "warmup": i < cfg.warmup_steps, "data_wait_s": t1 - t0,
-                            "step_time_s": t2 - t0, "compute_s": t2 - t1, "loss": loss_v, **times})
+            last["batch"] = batch
+            return {"step": i, "phase": "fed", "data_wait_s": t1 - t0, "step_time_s": t2 - t0,
+                    "compute_s": t2 - t1, "loss": loss_v, **times}
+
+        fed = measure_window(fed_step, cfg, on_measure_start=sampler.window_start)
         cpu_util = sampler.cpu_util()
         if cfg.grain_stats:  # with worker processes this waits up to 2 s per worker for their summaries
             grain_stats = grain_stats_frame(getattr(feed, "_it", None))
-
-        # device-resident bound: the same step on a batch already on the device
-        resident = put(jax.device_get(batch), sharding) if cfg.feed != "none" else batch
+        # The device-resident bound: the same compiled step on a batch already on the device, measured
+        # with no loader work running (feed threads and worker processes stopped), so that it is the
+        # step's own rate and not the step's rate while the loader competes for the host's cores.
+        host_batch = jax.device_get(last["batch"])
+        del last["batch"]
+        feed.close()
+        closed = True
+        sampler.stop()
+        import gc
+        gc.collect()  # Grain's shared-memory batches still buffered are unlinked when collected
+        loader_quiet = _loader_quiet()
+        resident = put(host_batch, sharding)
         jax.block_until_ready(resident)
-        res_times = []
-        for _ in range(cfg.resident_steps):
+        n_fed = len(fed.records)
+
+        def resident_step(i):
             t0 = time.perf_counter()
             with jax.transfer_guard("disallow"):
                 loss = step(resident)
             jax.block_until_ready(loss)
-            res_times.append(time.perf_counter() - t0)
-            _finite(float(jax.device_get(loss)), len(records) + len(res_times) - 1)
-    finally:
-        feed.close()
-        sampler.stop()
-        import gc
-        gc.collect()  # Grain's shared-memory batches still buffered are unlinked when collected
+            dt = time.perf_counter() - t0
+            loss_v = float(jax.device_get(loss))
+            _finite(loss_v, n_fed + i)
+            return {"step": n_fed + i, "phase": "resident", "data_wait_s": 0.0, "step_time_s": dt,
+                    "compute_s": dt, "loss": loss_v}
 
-    steps_df = pd.DataFrame(records)
-    m = steps_df[~steps_df.warmup]
-    wall = float(m.step_time_s.sum())
-    samples = cfg.batch_size * len(m)
-    res = np.asarray(res_times)
-    resident_sps = cfg.batch_size * len(res) / float(res.sum())
+        bound = measure_window(resident_step, cfg)
+    finally:
+        if not closed:
+            feed.close()
+            sampler.stop()
+            import gc
+            gc.collect()
+
+    steps_df = pd.DataFrame(fed.records + bound.records)
+    fed_df = steps_df[(steps_df.phase == "fed") & ~steps_df.warmup]
+    res_df = steps_df[(steps_df.phase == "resident") & ~steps_df.warmup]
+    wall = float(fed_df.step_time_s.sum())
+    samples = cfg.batch_size * len(fed_df)
+    resident_sps = cfg.batch_size * len(res_df) / float(res_df.step_time_s.sum())
     sps = samples / wall
+    eff_lo, eff_hi = ratio_interval(fed_df.step_time_s, res_df.step_time_s, seed=cfg.seed)
     dev_stats = devices[0].memory_stats() or {}
     row = {
         **configs.to_flat_dict(cfg),
@@ -373,21 +516,32 @@ def run_detailed(cfg: TrainConfig) -> RunResult:
         "non_embedding_params": counts["non_embedding_params"],
         "time_to_first_batch_s": time_to_first_batch,
         "compile_s": compile_s,
-        "warmup_s": float(steps_df[steps_df.warmup].step_time_s.sum()),
-        "steps_measured": len(m),
+        "warmup_s": fed.warmup_s,
+        "warmup_steps_run": fed.warmup_steps,
+        "warmup_steady": fed.steady,
+        "steps_measured": len(fed_df),
+        "measure_s": wall,
         "samples_per_s": sps,
-        "steps_per_s": len(m) / wall,
-        "step_time_median_s": float(m.step_time_s.median()),
-        "step_time_p90_s": float(m.step_time_s.quantile(0.9)),
-        "compute_time_median_s": float(m.compute_s.median()),
-        "data_wait_s_total": float(m.data_wait_s.sum()),
-        "data_wait_median_s": float(m.data_wait_s.median()),
-        "data_wait_frac": float(m.data_wait_s.sum()) / wall,
+        "steps_per_s": len(fed_df) / wall,
+        "step_time_median_s": float(fed_df.step_time_s.median()),
+        "step_time_p90_s": float(fed_df.step_time_s.quantile(0.9)),
+        "compute_time_median_s": float(fed_df.compute_s.median()),
+        "data_wait_s_total": float(fed_df.data_wait_s.sum()),
+        "data_wait_median_s": float(fed_df.data_wait_s.median()),
+        "data_wait_frac": float(fed_df.data_wait_s.sum()) / wall,
         "device_resident_samples_per_s": resident_sps,
-        "device_resident_step_median_s": float(np.median(res)),
+        "device_resident_step_median_s": float(res_df.step_time_s.median()),
+        "resident_steps_measured": len(res_df),
+        "resident_measure_s": float(res_df.step_time_s.sum()),
+        "resident_warmup_steps_run": bound.warmup_steps,
+        "resident_warmup_steady": bound.steady,
+        "resident_loader_stopped": loader_quiet,
         "feed_efficiency": sps / resident_sps,
-        "decode_s_per_sample": float(m.get("t_decode", pd.Series([0.0])).sum()) / samples,
-        "augment_s_per_sample": float(m.get("t_augment", pd.Series([0.0])).sum()) / samples,
+        "feed_efficiency_lo": eff_lo,
+        "feed_efficiency_hi": eff_hi,
+        "bound_exceeded": bool(eff_lo > 1.0),
+        "decode_s_per_sample": float(fed_df.get("t_decode", pd.Series([0.0])).sum()) / samples,
+        "augment_s_per_sample": float(fed_df.get("t_augment", pd.Series([0.0])).sum()) / samples,
         "host_cpu_util": cpu_util,
         "peak_rss_bytes": sampler.peak_rss,
         "shm_segments_left": len(shm_segments() - shm_before),
@@ -399,7 +553,7 @@ def run_detailed(cfg: TrainConfig) -> RunResult:
         "xla_temp_bytes": getattr(mem, "temp_size_in_bytes", float("nan")),
         "xla_alias_bytes": getattr(mem, "alias_size_in_bytes", float("nan")),
         "trace_count": step.trace_count,
-        "final_loss": float(m.loss.iloc[-1]),
+        "final_loss": float(fed_df.loss.iloc[-1]),
         "first_loss": float(steps_df.loss.iloc[0]),
         "wall_s": time.perf_counter() - t_start,
     }
@@ -419,7 +573,12 @@ def summary(row: pd.Series) -> str:
         f"prefetch_buffer_size={r.prefetch_buffer_size} device_buffer_size={r.device_buffer_size} "
         f"augment_cost={r.augment_cost}",
         f"  samples/s            {r.samples_per_s:12.1f}   ({r.steps_per_s:.2f} steps/s over {r.steps_measured} steps)",
-        f"  device-resident      {r.device_resident_samples_per_s:12.1f}   feed_efficiency {r.feed_efficiency:.3f}",
+        f"  device-resident      {r.device_resident_samples_per_s:12.1f}   feed_efficiency {r.feed_efficiency:.3f} "
+        f"[{r.feed_efficiency_lo:.3f}, {r.feed_efficiency_hi:.3f}]"
+        + ("   BOUND EXCEEDED: the bound was measured low (something competed with it)" if r.bound_exceeded else ""),
+        f"  windows              fed {r.measure_s:.2f} s ({r.steps_measured} steps), bound {r.resident_measure_s:.2f} s "
+        f"({r.resident_steps_measured} steps); warm-up {r.warmup_steps_run} steps"
+        + ("" if r.warmup_steady else " (not steady: stopped at max_warmup_s)"),
         f"  step time median/p90 {r.step_time_median_s * 1e3:9.2f} / {r.step_time_p90_s * 1e3:.2f} ms",
         f"  data wait            {r.data_wait_frac * 100:11.1f} %  (median {r.data_wait_median_s * 1e3:.2f} ms/step)",
         f"  host per sample      decode {r.decode_s_per_sample * 1e6:.1f} µs, augment {r.augment_s_per_sample * 1e6:.1f} µs",

@@ -9,7 +9,7 @@ import pandas as pd
 import psutil
 import pytest
 
-from experiments import results, sweep
+from experiments import results, sweep, train
 from experiments.configs import ConfigError
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -27,8 +27,9 @@ def _cli(root, data_cache, *extra):
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
 def test_interrupted_sweep_keeps_rows_and_resumes_without_duplicates(tmp_path, data_cache, sig, shm_guard):
     rows_csv = tmp_path / "sweep" / "r1" / "rows.csv"
+    # its own session, so that the signal can go to the whole process group, as a Ctrl-C in a terminal does
     proc = subprocess.Popen(_cli(tmp_path, data_cache, "--run_id=r1"), cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         deadline = time.time() + 180
         while time.time() < deadline:
@@ -36,15 +37,17 @@ def test_interrupted_sweep_keeps_rows_and_resumes_without_duplicates(tmp_path, d
                 break
             time.sleep(0.1)
         tree = [psutil.Process(proc.pid)] + psutil.Process(proc.pid).children(recursive=True)
-        proc.send_signal(sig)
+        os.killpg(proc.pid, sig)
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-    assert proc.returncode != 0
     if sig == signal.SIGINT:
+        assert proc.returncode == 130, (proc.returncode, err[-2000:])
         assert "rerun with --run_id=r1" in err
+    else:
+        assert proc.returncode == -signal.SIGKILL
     deadline = time.time() + 15
     while True:
         alive = []
@@ -79,16 +82,163 @@ def test_failed_configuration_is_recorded_and_sweep_continues(tmp_path, data_cac
         return real(cfg)
 
     monkeypatch.setattr(train, "run_detailed", flaky)
-    rows = sweep.run(_smoke(data_cache, isolate=False), tmp_path, progress=False)
-    assert list(rows.status) == ["failed", "ok"]
-    assert "MemoryError: simulated out of memory" in rows.error.iloc[0]
-    assert rows.feed.iloc[0] == "none" and rows.batch_size.iloc[0] == 16
+    rows = sweep.run(_smoke(data_cache, isolate=False), tmp_path, progress=False).sort_values("feed")
+    assert list(rows.feed) == ["double_buffer", "none"] and list(rows.status) == ["ok", "failed"]
+    assert "MemoryError: simulated out of memory" in rows.error.iloc[1]
+    assert rows.batch_size.iloc[1] == 16
 
 
-def test_isolated_child_that_dies_becomes_a_failed_row(tmp_path, data_cache):
+def test_isolated_child_that_times_out_becomes_a_failed_row(tmp_path, data_cache):
     rows = sweep.run(_smoke(data_cache, config_timeout_s=0.05), tmp_path, progress=False)
     assert len(rows) == 2 and (rows.status == "failed").all()
     assert rows.error.str.contains("timed out").all()
+
+
+def test_child_killed_by_a_signal_becomes_a_failed_row_naming_it(tmp_path, data_cache):
+    import threading
+    me = psutil.Process()
+    stop = threading.Event()
+
+    def killer():  # kills the first run: a child of the fork server, which is a child of this process
+        while not stop.is_set():
+            for fs in me.children():
+                if "forkserver" in " ".join(fs.cmdline()):
+                    for run in fs.children():
+                        run.send_signal(signal.SIGKILL)
+                        return
+            time.sleep(0.02)
+
+    t = threading.Thread(target=killer, daemon=True)
+    t.start()
+    try:
+        rows = sweep.run(_smoke(data_cache, feed=("none",)), tmp_path, progress=False)
+    finally:
+        stop.set()
+    assert len(rows) == 1 and rows.status.iloc[0] == "failed"
+    assert rows.error.iloc[0].startswith("killed by SIGKILL"), rows.error.iloc[0]
+
+
+def test_child_error_report_becomes_the_row_error(tmp_path, data_cache):
+    # a learning rate that makes the loss non-finite: the child writes its own error, the sweep keeps it
+    cfg = _smoke(data_cache, feed=("none",))
+    tc = dataclasses.replace(cfg.train_configs()[0], learning_rate=1e30, min_steps=20)
+    runner = sweep.Runner()
+    try:
+        out = runner.run(tc, 120)
+    finally:
+        runner.close()
+    assert out["error"].startswith("NonFiniteLoss: loss is") and "at step" in out["error"], out
+
+
+def test_collect_reports_exit_codes_and_stderr(tmp_path):
+    (tmp_path / "stderr.txt").write_text("something\nSegmentation fault in foo\n")
+    assert sweep.collect(tmp_path, 3)["error"] == "exit code 3: something | Segmentation fault in foo"
+    assert sweep.collect(tmp_path, -signal.SIGSEGV)["error"].startswith("killed by SIGSEGV: something")
+    assert "(out of memory?)" in sweep.collect(tmp_path, -signal.SIGKILL)["error"]
+
+
+def _fake_run(calls, fail=lambda cfg: False):
+    import pandas as pd
+
+    def run_detailed(cfg):
+        calls.append((cfg.num_workers, cfg.feed))
+        if fail(cfg):
+            raise RuntimeError(f"simulated failure of {cfg.feed}")
+        from experiments import configs
+        row = {**configs.to_flat_dict(cfg), "status": "ok", "error": "", "samples_per_s": 100.0 + len(calls),
+               "feed_efficiency": 0.5, "feed_efficiency_lo": 0.4, "feed_efficiency_hi": 0.6}
+        return train.RunResult(pd.DataFrame([row]), pd.DataFrame(), pd.DataFrame())
+    return run_detailed
+
+
+def test_repeats_run_round_robin_in_seeded_order_and_resume_skips_finished_pairs(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(train, "run_detailed", _fake_run(calls))
+    cfg = dataclasses.replace(sweep.smoke(), isolate=False, num_workers=(0, 1), repeats=3, order_seed=7)
+    todo = cfg.train_configs()
+    rows = sweep.run(cfg, tmp_path, progress=False)
+    expected = [(todo[i].num_workers, todo[i].feed) for i, _ in sweep.schedule(len(todo), 3, 7)]
+    assert calls == expected and len(set(calls[:4])) == 4, "each round runs every configuration once"
+    assert calls[:4] != calls[4:8] or calls[4:8] != calls[8:], "the order is reshuffled per round"
+    assert len(rows) == 12 and sorted(rows.repeat.unique()) == [0, 1, 2]
+    assert rows.groupby("config_id").repeat.nunique().eq(3).all()
+    calls.clear()
+    again = sweep.run(cfg, tmp_path, progress=False)
+    assert calls == [] and len(again) == 12
+    summ = results.summarize(again)
+    assert len(summ) == 4 and (summ.repeats == 3).all()
+    assert (summ.samples_per_s_lo <= summ.samples_per_s).all() and (summ.samples_per_s <= summ.samples_per_s_hi).all()
+
+
+def test_failed_pairs_are_skipped_on_resume_and_retried_with_retry_failed(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(train, "run_detailed", _fake_run(calls, fail=lambda c: c.feed == "none"))
+    cfg = dataclasses.replace(sweep.smoke(), isolate=False, repeats=2)
+    rows = sweep.run(cfg, tmp_path, progress=False)
+    assert (rows.status == "failed").sum() == 2 and len(rows) == 4
+    calls.clear()
+    sweep.run(cfg, tmp_path, progress=False)
+    assert calls == [], "a plain resume does not retry failed rows"
+    monkeypatch.setattr(train, "run_detailed", _fake_run(calls))
+    rows = sweep.run(cfg, tmp_path, progress=False, retry_failed=True)
+    assert sorted(calls) == [(0, "none"), (0, "none")]
+    assert len(rows) == 6, "rows are append-only: the failed ones stay"
+    retried = rows[rows.feed == "none"].sort_values(["repeat", "attempt"])
+    assert list(retried.attempt) == [1, 2, 1, 2] and list(retried.status) == ["failed", "ok"] * 2
+    cur = results.current(rows)
+    assert len(cur) == 4 and (cur.status == "ok").all()
+
+
+def test_sweep_where_every_run_failed_exits_nonzero_with_a_summary(tmp_path, monkeypatch, capsys):
+    calls = []
+    monkeypatch.setattr(train, "run_detailed", _fake_run(calls, fail=lambda c: True))
+    cfg = dataclasses.replace(sweep.smoke(), isolate=False)
+    code = sweep.main(cfg, "smoke", run_id="x", results_root=str(tmp_path))
+    err = capsys.readouterr().err
+    assert code == 1 and len(calls) == 2
+    assert "2 of 2 runs failed" in err and "simulated failure of none" in err and "--retry_failed" in err
+    assert len(results.load(tmp_path / "sweep" / "x")) == 2
+
+
+def test_interruptible_remembers_a_signal_even_if_swallowed():
+    with sweep.interruptible() as sig:
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)
+        except KeyboardInterrupt:
+            pass  # a library that swallows it
+    assert sig.caught == signal.SIGTERM and sig.exit_code == 143
+
+
+def test_designed_sample_is_balanced_seeded_and_valid():
+    cfg = dataclasses.replace(sweep.quick(), sample_size=12)
+    designed = cfg.designed_configs()
+    sample = [tc for d, tc in designed if d == "sample"]
+    assert len([d for d, _ in designed if d == "grid"]) == 18 and len(sample) == 12
+    for k in sweep.SAMPLE_KEYS:
+        levels = getattr(cfg, f"sample_{k}")
+        counts = [sum(getattr(tc, k) == v for tc in sample) for v in levels]
+        assert max(counts) - min(counts) <= 1, (k, counts)
+    assert all(tc.width == cfg.cnn_width for tc in sample if tc.model == "cnn")
+    again = dataclasses.replace(sweep.quick(), sample_size=12).designed_configs()
+    assert [tc for _, tc in again] == [tc for _, tc in designed]
+    other = dataclasses.replace(sweep.quick(), sample_size=12, sample_seed=1).sample_configs()
+    assert other != sample
+
+
+@pytest.mark.parametrize("args, key", [
+    (["train", "--num_devices=8"], "num_devices=8"),
+    (["train", "--cache_dir=/proc/nope"], "cache_dir='/proc/nope'"),
+    (["train", "--image_size=0"], "image_size=0"),
+    (["sweep", "--preset", "smoke", "--repeats=0"], "repeats=0"),
+])
+def test_bad_input_is_one_line_exit_2_before_any_work(tmp_path, args, key):
+    p = subprocess.run([sys.executable, "-m", "experiments", *args, f"--results_root={tmp_path}"], cwd=REPO,
+                       capture_output=True, text=True, timeout=120)
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and key in lines[0], p.stderr
+    assert not any(tmp_path.iterdir()), "no results folder for a rejected run"
 
 
 def test_existing_results_folder_is_never_overwritten(tmp_path):
