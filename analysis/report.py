@@ -96,7 +96,7 @@ def environment_section(ctx) -> str:
     text = (f"## Machine and environment\n\nPreset `{ctx.preset}`; {len(ctx.rows)} configurations"
             f" × {getattr(cfg, 'repeats', 1)} repeats; measured sweep wall time {ctx.wall_s:.0f} s.\n\n")
     if hasattr(cfg, "min_measure_s"):
-        text += (f"Each run warms up (at least {cfg.warmup_steps} steps, until the step time is steady or "
+        text += (f"Each run warms up (at least {cfg.warmup_steps} step(s), until the step time is steady or "
                  f"{cfg.max_warmup_s:g} s) and then measures for at least {cfg.min_steps} steps and "
                  f"{cfg.min_measure_s:g} s, for the fed loop and again for the device-resident bound (the same "
                  "compiled step on a batch already on the device, with the loader's workers and threads "
@@ -161,7 +161,8 @@ def measured_section(ctx) -> str:
     eff = knob_effects(grid)
     if len(eff):
         top = eff.iloc[0]
-        verdict = (" — **within noise**" if top.within_noise is True else "")
+        verdict = "" if pd.isna(top.within_noise) else (
+            " — **within noise**: the levels' intervals overlap" if bool(top.within_noise) else " — beyond noise")
         lines += ["", "### Which knob moved throughput most", "",
                   f"**{top.knob}**: median samples/s {top.worst_samples_per_s:.0f} at `{top.knob}={top.worst}` → "
                   f"{top.best_samples_per_s:.0f} at `{top.knob}={top.best}` (×{top.ratio:.2f}, medians over the "

@@ -85,7 +85,7 @@ class ScalingConfig:
                   precision=self.precision, source="ram", batch_size=self.batch_size,
                   num_workers=self.num_workers, prefetch_buffer_size=self.prefetch_buffer_size, feed=self.feed,
                   cpu_buffer_size=self.cpu_buffer_size, device_buffer_size=self.device_buffer_size,
-                  learning_rate=self.learning_rate, weight_decay=self.weight_decay, steps=steps,
+                  learning_rate=self.learning_rate, weight_decay=self.weight_decay, min_steps=max(steps, 2),
                   seed=self.seed, data_timeout_s=self.data_timeout_s, grain_stats=False)
         return TrainConfig(**kw)
 

@@ -33,7 +33,8 @@ def _study(sweep_cfg: SweepConfig, **kw) -> StudyConfig:
     return StudyConfig(**{**dataclasses.asdict(sweep_cfg), **kw})
 
 
-PRESETS = {"smoke": lambda: _study(sweep.smoke(), probe_preset="smoke", scaling_preset="smoke"),
+PRESETS = {"smoke": lambda: _study(dataclasses.replace(sweep.smoke(), repeats=2), probe_preset="smoke",
+                                   scaling_preset="smoke"),
            "quick": lambda: _study(sweep.quick(), probe_preset="quick", scaling_preset="quick"),
            "full": lambda: _study(sweep.full(), probe_preset="full", scaling_preset="full")}
 

@@ -392,15 +392,32 @@ def ratio_interval(num_times, den_times, n_blocks: int = 10, resamples: int = 20
     return float(np.quantile(ratio, a)), float(np.quantile(ratio, 1 - a))
 
 
-def _loader_quiet(timeout_s: float = 10.0) -> bool:
-    """Waits until no loader worker process of this process is alive; True if none was left."""
+# Threads that move data: Grain's prefetch threads and the feeds' producers. (Grain also keeps
+# process-wide helpers for its whole life, idle between uses: a one-thread pool that unlinks shared
+# memory and its statistics reporting loops. They are not loader work and are not waited for.)
+LOADER_THREAD_PREFIXES = ("grain-thread-prefetch", "memsim-double-buffer", "memsim-feed", "ThreadPoolExecutor")
+
+
+def loader_work_alive() -> tuple[list[int], list[str]]:
+    """(pids of loader worker processes, names of loader threads) still alive in this process."""
     import psutil
-    me = psutil.Process()
+    procs = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(p.cmdline()):
+                procs.append(p.pid)
+        except psutil.NoSuchProcess:
+            pass
+    threads = [t.name for t in threading.enumerate() if t.name.startswith(LOADER_THREAD_PREFIXES)]
+    return procs, threads
+
+
+def _loader_quiet(timeout_s: float = 10.0) -> bool:
+    """Waits until no loader worker process or loader thread is alive; True if none was left."""
     deadline = time.perf_counter() + timeout_s
     while True:
-        alive = [p for p in me.children(recursive=True) if p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-                 and "resource_tracker" not in " ".join(p.cmdline())]
-        if not alive:
+        procs, threads = loader_work_alive()
+        if not procs and not threads:
             return True
         if time.perf_counter() > deadline:
             return False

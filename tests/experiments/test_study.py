@@ -1,7 +1,7 @@
 import subprocess
 import sys
 
-from experiments.results import load
+from experiments.results import load, summarize
 
 from tests.experiments.test_sweep import REPO
 
@@ -17,9 +17,14 @@ def test_study_writes_report_with_table_and_figures(tmp_path, data_cache):
                     "### Which knob moved throughput most", "## Hierarchy", "## Memory", "## Simulation", "## Scaling"):
         assert heading in report
     assert "This section failed" not in report
-    rows = load(d)
-    best = rows.loc[rows.samples_per_s.idxmax()]
-    assert f"**{best.samples_per_s:.0f} samples/s**" in report
+    rows = load(d / "rows.csv")
+    assert len(rows) == 4 and sorted(rows.repeat.unique()) == [0, 1]  # 2 configurations × 2 repeats
+    summ = summarize(rows)
+    best = summ.loc[summ.samples_per_s.idxmax()]
+    assert (f"**{best.samples_per_s:.0f} [{best.samples_per_s_lo:.0f}, {best.samples_per_s_hi:.0f}] samples/s**"
+            in report)
+    assert f"median CV over configurations of samples/s **{summ.samples_per_s_cv.median():.1%}**" in report
+    assert "### Device-resident bound check" in report
     for png in ("samples_vs_num_workers.png", "samples_vs_prefetch.png", "hierarchy_pyramid.png", "memory_footprint.png"):
         assert (d / png).stat().st_size > 5000 and f"]({png})" in report
     assert (d / "config.json").exists() and (d / "probe" / "fits.csv").exists() and (d / "memory.csv").exists()
