@@ -10,10 +10,6 @@ runtime directly, so a difference is handled once.
 - ``memory_stats``: ``Device.memory_stats()`` is None on the CPU backend (0.10.2 and 0.12.0.1); on
   CUDA a dict with ``bytes_in_use``, ``peak_bytes_in_use``, ``bytes_limit``…; a plugin without it
   raises. None means "not available on this platform".
-- ``compiled_peak_bytes``: ``Compiled.memory_analysis()`` returns ``CompiledMemoryStats``; both
-  ends of the range have ``peak_memory_in_bytes`` (0 where XLA did not compute it, as on CPU),
-  jax 0.12 adds ``peak_unpadded_heap_bytes`` and ``total_allocation_bytes``, and some platforms
-  return None for the whole analysis. Fields are read with a default.
 - ``version_of``: a distribution's version, or None when it is not installed (``jax`` may be
   importable from a source tree without its distribution metadata; ``array-record`` is published
   as ``array_record`` in some wheels' metadata).
@@ -41,13 +37,6 @@ def memory_stats(device) -> dict[str, Any] | None:
     except (AttributeError, NotImplementedError, RuntimeError):
         return None
     return dict(stats) if stats else None
-
-
-def compiled_peak_bytes(analysis) -> int | None:
-    """XLA's peak of a compiled computation from ``Compiled.memory_analysis()``; None where XLA
-    reports none (no analysis, or 0, as on CPU)."""
-    peak = getattr(analysis, "peak_memory_in_bytes", 0) if analysis is not None else 0
-    return int(peak) if peak else None
 
 
 def version_of(dist: str) -> str | None:
