@@ -7,6 +7,8 @@ import pytest
 
 from benchmarks import feed
 
+pytestmark = pytest.mark.latest  # also run on the newest versions (make test-latest)
+
 
 @pytest.mark.parametrize("platform, requested, cores, mode", [
     ("cpu", None, 2, "one"), ("cpu", None, 16, "one"), ("cpu", None, 1, "shared"),

@@ -57,6 +57,8 @@ def test_bad_feed_kind():
 _MULTI = r"""
 import dataclasses, sys
 import jax, numpy as np
+
+pytestmark = pytest.mark.latest  # also run on the newest versions (make test-latest)
 assert jax.local_device_count() == 4, jax.devices()
 from experiments import feed as feed_lib, train
 from experiments.loader import LoaderConfig, build_dataset

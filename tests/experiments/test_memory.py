@@ -38,6 +38,7 @@ def compiled():
     return out
 
 
+@pytest.mark.latest
 @pytest.mark.parametrize("family,batch_size", CASES)
 def test_device_total_matches_xla_memory_analysis(compiled, family, batch_size):
     df, xla = compiled[family, batch_size]
@@ -176,6 +177,7 @@ def test_study_footprints_from_rows(compiled):
         memory.config_from_row(pd.Series({"model": "mlp"}))
 
 
+@pytest.mark.latest
 def test_peak_vs_footprint_with_stubbed_device_statistics(compiled):
     cfg = _cfg("mlp", 8)
     predicted = fp.totals(compiled["mlp", 8][0])["device"]
@@ -187,6 +189,7 @@ def test_peak_vs_footprint_with_stubbed_device_statistics(compiled):
     assert r.ratio == pytest.approx(1.02, rel=1e-6)
 
 
+@pytest.mark.latest
 def test_device_peak_after_a_real_run_and_from_its_row():
     # the real path: train, then read the device's statistics; on CPU memory_stats() is None
     cfg = dataclasses.replace(_cfg("mlp", 8), steps=3, warmup_steps=1, resident_steps=2)

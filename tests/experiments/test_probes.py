@@ -65,6 +65,7 @@ def test_pinned_host_is_not_measured_on_cpu_with_a_reason(smoke_run):
     assert "platform cpu" in row["note"].iloc[0]
 
 
+@pytest.mark.latest
 def test_pinned_vs_pageable_runs_the_pinned_host_path_for_real():
     import jax
     from experiments import compat
@@ -98,6 +99,7 @@ class _NoPinnedDevice:
         raise NotImplementedError("no memories API")
 
 
+@pytest.mark.latest
 def test_pinned_vs_pageable_without_pinned_memory_is_not_measured_with_the_reason():
     df = probes.pinned_vs_pageable([4096], device=_NoPinnedDevice())
     assert len(df) == 1 and df["status"].iloc[0] == "not measured"
@@ -296,6 +298,7 @@ def test_cli_refuses_an_existing_output_folder(tmp_path):
     assert os.listdir(tmp_path / "x") == ["rows.csv"]
 
 
+@pytest.mark.latest
 def test_experiment_writes_the_pinned_vs_pageable_table(tmp_path, capsys):
     import jax
     from experiments import compat

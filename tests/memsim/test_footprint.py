@@ -9,6 +9,8 @@ import pytest
 
 from memsim import footprint as fp
 
+pytestmark = pytest.mark.latest  # also run on the newest versions (make test-latest)
+
 BASE = dict(param_bytes=4000, host_sample_bytes=100, device_sample_bytes=84, batch_size=8)
 
 
