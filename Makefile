@@ -50,6 +50,7 @@ test-latest: $(LATEST_STAMP)
 # dependency at its lower bound, Python 3.12 with the newest release in range from the package index.
 lock:
 	@test -n "$(PYTHON_LATEST)" || { echo "error: no Python 3.12 found; run make lock PYTHON_LATEST=/path/to/python3.12" >&2; exit 1; }
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' || { echo "error: PYTHON=$(PYTHON) is not Python 3.11, which constraints/py311.txt is for; run make lock PYTHON=/path/to/python3.11" >&2; exit 1; }
 	rm -rf .venv-lock-oldest .venv-lock-latest
 	$(PYTHON) -m venv .venv-lock-oldest
 	.venv-lock-oldest/bin/python constraints/lock.py lowest > .venv-lock-oldest/lowest.txt
