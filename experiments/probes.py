@@ -2,8 +2,9 @@
 
 Each probe sweeps a size (4 KiB up to ``max_bytes``, capped by free memory), times every size
 ``repeats`` times after ``warmup`` untimed-for-the-fit runs, and emits one row per measurement.
-``fit_links`` fits t = α + n / B (Hockney) per probe with a robust fit; ``write`` stores rows.csv,
-fits.csv and config.json together.
+``fit_links`` fits t = α + n / B (Hockney) per probe with a robust fit; ``pinned_vs_pageable``
+compares host-to-device copies from pinned and pageable memory, interleaved, at the same sizes;
+``write`` stores rows.csv, fits.csv, pinned_vs_pageable.csv and config.json together.
 
     python -m experiments.probes --preset quick [--out results/probe/<run_id>] [--key=value ...]
 
