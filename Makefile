@@ -1,17 +1,28 @@
 # make demo  — the main job (the study)       make test — the test suite       make bench — benchmarks
+# make test-latest — the `latest` subset on Python 3.12 with the newest jax/flax/optax/grain
+# make lock — regenerate constraints/ (what each environment installs, every package pinned)
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+CONSTRAINTS := constraints/py311.txt
 
-.PHONY: demo test bench venv clean
+# Python 3.12 for the newest-versions environment: python3.12 on PATH, else pyenv's 3.12.
+PYTHON_LATEST ?= $(shell for p in python3.12 $$(pyenv root 2>/dev/null)/versions/3.12*/bin/python3.12; do \
+                   "$$p" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null && { echo "$$p"; break; }; done)
+LATEST       := .venv-latest
+LATEST_PY    := $(LATEST)/bin/python
+LATEST_STAMP := $(LATEST)/.installed
+LATEST_CONSTRAINTS := constraints/latest-py312.txt
+
+.PHONY: demo test test-latest bench venv venv-latest lock clean
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -c $(CONSTRAINTS) -e '.[dev]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -23,5 +34,33 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m benchmarks
 
+venv-latest: $(LATEST_STAMP)
+
+$(LATEST_STAMP): pyproject.toml $(LATEST_CONSTRAINTS)
+	@test -n "$(PYTHON_LATEST)" || { echo "error: no Python 3.12 found (python3.12 on PATH or pyenv's 3.12.x); run make test-latest PYTHON_LATEST=/path/to/python3.12" >&2; exit 1; }
+	test -x $(LATEST_PY) || $(PYTHON_LATEST) -m venv $(LATEST)
+	$(LATEST_PY) -m pip install --quiet --upgrade pip
+	$(LATEST_PY) -m pip install --quiet -c $(LATEST_CONSTRAINTS) -e '.[dev]'
+	touch $(LATEST_STAMP)
+
+test-latest: $(LATEST_STAMP)
+	$(LATEST_PY) -m pytest -q -m latest
+
+# Regenerates both constraints files from pyproject.toml's ranges: Python 3.11 with every direct
+# dependency at its lower bound, Python 3.12 with the newest release in range from the package index.
+lock:
+	@test -n "$(PYTHON_LATEST)" || { echo "error: no Python 3.12 found; run make lock PYTHON_LATEST=/path/to/python3.12" >&2; exit 1; }
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' || { echo "error: PYTHON=$(PYTHON) is not Python 3.11, which constraints/py311.txt is for; run make lock PYTHON=/path/to/python3.11" >&2; exit 1; }
+	rm -rf .venv-lock-oldest .venv-lock-latest
+	$(PYTHON) -m venv .venv-lock-oldest
+	.venv-lock-oldest/bin/python constraints/lock.py lowest > .venv-lock-oldest/lowest.txt
+	.venv-lock-oldest/bin/python -m pip install --quiet -c .venv-lock-oldest/lowest.txt -e '.[dev]'
+	.venv-lock-oldest/bin/python constraints/lock.py freeze $(CONSTRAINTS)
+	$(PYTHON_LATEST) -m venv .venv-lock-latest
+	.venv-lock-latest/bin/python -m pip install --quiet -e '.[dev]'
+	.venv-lock-latest/bin/python constraints/lock.py freeze $(LATEST_CONSTRAINTS)
+	rm -rf .venv-lock-oldest .venv-lock-latest
+	git diff --stat -- constraints/
+
 clean:
-	rm -rf $(VENV) .cache
+	rm -rf $(VENV) $(LATEST) .venv-lock-oldest .venv-lock-latest .cache

@@ -168,7 +168,7 @@ def update(
     s = prop.x_trial - state.x
     y = g_new - state.g
     sy = jnp.dot(s, y)
-    store = accept & (sy > eps * jnp.dot(y, y)) & (sy > 0) & ~fresh
+    store = accept & (sy > eps * jnp.dot(y, y)) & (sy > 0) & jnp.logical_not(fresh)  # fresh may be a Python bool
     # Newest pair first: shift the history down by one and put the new pair on top.
     s_hist = jnp.where(store, jnp.concatenate([s[None], state.s_hist[:-1]]), state.s_hist)
     y_hist = jnp.where(store, jnp.concatenate([y[None], state.y_hist[:-1]]), state.y_hist)

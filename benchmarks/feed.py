@@ -14,6 +14,11 @@ training loop) is pinned to the other cores. (XLA_FLAGS' ``intra_op_parallelism_
 limit the CPU client's pool in jax 0.10.2; CPU affinity does.) The device-resident bound is measured
 under the same split in the same run, so every ratio compares like with like. ``--device-cores
 shared`` measures the shared-core case instead.
+
+With an accelerator (JAX's default backend is not the CPU, found out in a child process before this
+one starts XLA) the step runs on the device and nothing is pinned: mode ``accelerator``. The JSON's
+``device_cores_mode`` says which mode ran (``one``, ``shared`` or ``accelerator``) and ``pinned``
+whether cores were split.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import dataclasses
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 
@@ -42,6 +48,31 @@ def reserve_device_core() -> tuple[set, set]:
     jax.block_until_ready(jax.jit(lambda a: a @ a)(jnp.ones((256, 256))))  # the pool starts here
     os.sched_setaffinity(0, set(cores[1:]))
     return {cores[0]}, set(cores[1:])
+
+
+def default_platform(timeout_s: float = 300.0) -> str:
+    """JAX's default backend ('cpu', 'gpu', 'tpu'), asked in a child process so that this one has
+    not started XLA (and its CPU thread pool) before the cores are split."""
+    proc = subprocess.run([sys.executable, "-c", "import jax; print(jax.default_backend())"],
+                          capture_output=True, text=True, timeout=timeout_s)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        raise SystemExit(f"could not start JAX to find the platform (exit {proc.returncode}): "
+                         f"{proc.stderr.strip().splitlines()[-1:] or proc.stdout.strip()}")
+    return lines[-1].strip()
+
+
+def choose_mode(platform: str, requested: str | None, n_cores: int) -> str:
+    """The core mode: ``accelerator`` (no pinning) off the CPU; on the CPU the requested one, else
+    ``one`` with at least 2 cores and ``shared`` otherwise."""
+    if platform != "cpu":
+        if requested is not None:
+            raise SystemExit(f"--device-cores {requested}: the step runs on the {platform} here, so no cores are "
+                             "split; leave --device-cores out (mode accelerator)")
+        return "accelerator"
+    if requested is not None:
+        return requested
+    return "one" if n_cores >= 2 else "shared"
 
 
 def bench_config():
@@ -76,11 +107,12 @@ def main(argv=None) -> dict:
     ap.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     ap.add_argument("--repeats", type=int, default=3, help="interleaved repeats of each feed (median kept)")
     ap.add_argument("--device-cores", choices=("one", "shared"), default=None,
-                    help="one: XLA on the first core, the host pipeline on the others, as with an accelerator "
-                         "(default with >= 2 cores on a CPU-only machine); shared: XLA's pool spans every core")
+                    help="CPU-only machines: one: XLA on the first core, the host pipeline on the others, as with "
+                         "an accelerator (default with >= 2 cores); shared: XLA's pool spans every core. "
+                         "With an accelerator nothing is pinned (mode accelerator)")
     args = ap.parse_args(argv)
-    if args.device_cores is None:
-        args.device_cores = "one" if len(os.sched_getaffinity(0)) >= 2 else "shared"
+    platform = sys.modules["jax"].default_backend() if "jax" in sys.modules else default_platform()
+    args.device_cores = choose_mode(platform, args.device_cores, len(os.sched_getaffinity(0)))
     if args.device_cores == "one":
         if "jax" in sys.modules:
             raise RuntimeError("--device-cores one must start XLA itself: run python -m benchmarks.feed as its own process")
@@ -108,7 +140,8 @@ def main(argv=None) -> dict:
                                                 "read_buffer_size", "prefetch_buffer_size", "device_buffer_size",
                                                 "cpu_buffer_size")},
         "device_kind": env.environment()["device_kind"], "platform": env.environment()["platform"],
-        "repeats": args.repeats, "device_cores_mode": args.device_cores, "cpu_count": os.cpu_count(),
+        "repeats": args.repeats, "device_cores_mode": args.device_cores, "pinned": args.device_cores == "one",
+        "cpu_count": os.cpu_count(),
         "device_cores": sorted(device_cores), "host_cores": sorted(host_cores),
         "loader_alone_batches_per_s": loader_bps,
         "step_consumes_batches_per_s": consume_bps,
@@ -121,8 +154,10 @@ def main(argv=None) -> dict:
         "double_buffer/device_resident": med["double_buffer"] / res,
         "grain_device_put/device_resident": med["grain_device_put"] / res,
     }
+    cores = (f"XLA on cores {sorted(device_cores)}, host pipeline on cores {sorted(host_cores)}"
+             if args.device_cores == "one" else f"no core pinning (mode {args.device_cores})")
     print(f"feed benchmark on {out['platform']} ({out['device_kind']}), {args.repeats} interleaved repeats, medians; "
-          f"XLA on cores {sorted(device_cores)}, host pipeline on cores {sorted(host_cores)}")
+          f"{cores}")
     print(f"  loader alone {loader_bps:8.1f} batches/s; step consumes {consume_bps:.1f} batches/s "
           f"(loader/step = {out['loader_over_step']:.1f}×)")
     print(f"  {'feed':18s} {'samples/s':>10s} {'/ resident':>11s}")

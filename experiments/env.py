@@ -6,17 +6,15 @@ import functools
 import os
 import platform
 import subprocess
-from importlib import metadata
 from pathlib import Path
+
+from experiments import compat
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def _version(dist: str) -> str:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "not installed"
+    return compat.version_of(dist) or "not installed"
 
 
 @functools.lru_cache(maxsize=1)

@@ -191,6 +191,50 @@ def write_study_footprints(rows: pd.DataFrame, out_dir) -> pd.DataFrame:
     return df
 
 
+# ----------------------------------------------------------------------------- measured device peak
+
+PEAK_KEYS = ("model", "batch_size", "grad_accum_steps", "precision", "feed", "device_buffer_size")
+
+
+def peak_vs_footprint(cfg: TrainConfig, memory_stats, xla: fp.XlaMemory | None = None) -> pd.DataFrame:
+    """One row: the footprint's device total for ``cfg`` beside the measured ``peak_bytes_in_use``
+    of ``memory_stats`` (a ``Device.memory_stats()`` dict, or None where the platform has none):
+    predicted_bytes, measured_peak_bytes, ratio = measured / predicted, rel_error, status, note."""
+    predicted = fp.totals(footprint(cfg, "xla", xla))["device"]
+    row = {k: getattr(cfg, k) for k in PEAK_KEYS}
+    return pd.DataFrame([{**row, **fp.peak_comparison(predicted, memory_stats)}],
+                        columns=[*PEAK_KEYS, *fp.PEAK_COLUMNS])
+
+
+def device_peak_vs_footprint(cfg: TrainConfig, device=None) -> pd.DataFrame:
+    """peak_vs_footprint with this process's device statistics now: call it in a process that has
+    just run ``cfg``'s training and nothing larger (the allocator's peak counts from process start).
+    On CPU the row says "not available on this platform"."""
+    import jax
+    from experiments import compat
+    dev = device if device is not None else jax.devices()[0]
+    out = peak_vs_footprint(cfg, compat.memory_stats(dev))
+    return out.assign(platform=dev.platform, device_kind=dev.device_kind)
+
+
+def rows_peak_vs_footprint(rows: pd.DataFrame) -> pd.DataFrame:
+    """peak_vs_footprint for every ok measured row (experiments.train writes ``device_peak_bytes``,
+    NaN where the platform keeps no statistics), with its config_id and platform."""
+    if "device_peak_bytes" not in rows:
+        raise ConfigError("the rows lack 'device_peak_bytes'; pass rows written by experiments.train or a sweep")
+    if "status" in rows:
+        rows = rows[rows.status == "ok"]
+    out = []
+    for _, row in rows.iterrows():
+        peak = float(row["device_peak_bytes"])
+        stats = {"peak_bytes_in_use": int(peak)} if np.isfinite(peak) else None
+        cfg = config_from_row(row)
+        df = peak_vs_footprint(cfg, stats, _row_xla(row) or compiled_memory(cfg))
+        out.append(df.assign(config_id=row.get("config_id", ""), platform=row.get("platform", "")))
+    cols = ["config_id", "platform", *PEAK_KEYS, *fp.PEAK_COLUMNS]
+    return pd.concat(out, ignore_index=True)[cols] if out else pd.DataFrame(columns=cols)
+
+
 # ----------------------------------------------------------------------------- measured host memory
 
 def _rss_child(cfg: LoaderConfig, settle_s: float, conn) -> None:

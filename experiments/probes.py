@@ -2,8 +2,9 @@
 
 Each probe sweeps a size (4 KiB up to ``max_bytes``, capped by free memory), times every size
 ``repeats`` times after ``warmup`` untimed-for-the-fit runs, and emits one row per measurement.
-``fit_links`` fits t = α + n / B (Hockney) per probe with a robust fit; ``write`` stores rows.csv,
-fits.csv and config.json together.
+``fit_links`` fits t = α + n / B (Hockney) per probe with a robust fit; ``pinned_vs_pageable``
+compares host-to-device copies from pinned and pageable memory, interleaved, at the same sizes;
+``write`` stores rows.csv, fits.csv, pinned_vs_pageable.csv and config.json together.
 
     python -m experiments.probes --preset quick [--out results/probe/<run_id>] [--key=value ...]
 
@@ -34,6 +35,7 @@ import pandas as pd
 import psutil
 from scipy.stats import theilslopes
 
+from experiments import compat
 from experiments.configs import (ConfigError, apply_overrides, check, describe_fields,
                                  parse_overrides, to_flat_dict)
 from experiments.env import environment
@@ -329,6 +331,95 @@ def _ram_copy(rec: _Recorder, cfg: ProbeConfig, sz: list[int]) -> None:
            "numpy.copyto into a pre-touched buffer; n bytes read and n written, rate = n/s")
 
 
+def _placed(x, kind: str, what: str):
+    got = getattr(x.sharding, "memory_kind", None)
+    if got != kind:
+        raise RuntimeError(f"{what}: jax placed the array in memory_kind={got!r}, not {kind!r}; "
+                           "this runtime does not honour memory kinds, so pinned and pageable "
+                           "transfers cannot be told apart")
+    return x
+
+
+def _time_pageable_to_device(a: np.ndarray, dev) -> float:
+    """Seconds for jax.device_put of pageable numpy memory onto ``dev``, synced."""
+    import jax
+    t0 = time.perf_counter()
+    x = jax.device_put(a, dev)
+    x.block_until_ready()
+    s = time.perf_counter() - t0
+    del x
+    return s
+
+
+def _time_pinned_to_device(a: np.ndarray, dev) -> tuple[float, float]:
+    """(staging s, transfer s): numpy → a memory_kind='pinned_host' array, then that array →
+    memory_kind='device', each synced and timed apart."""
+    import jax
+    from jax.sharding import SingleDeviceSharding
+    t0 = time.perf_counter()
+    p = jax.device_put(a, SingleDeviceSharding(dev, memory_kind="pinned_host")).block_until_ready()
+    t1 = time.perf_counter()
+    x = jax.device_put(p, SingleDeviceSharding(dev, memory_kind="device"))
+    x.block_until_ready()
+    t2 = time.perf_counter()
+    _placed(p, "pinned_host", "staging")
+    _placed(x, "device", "transfer")
+    del x, p
+    return t1 - t0, t2 - t1
+
+
+PINNED_COLUMNS = ("size_bytes", "repeats", "pageable_s", "staging_s", "pinned_s", "pinned_speedup",
+                  "staged_speedup", "pageable_Bps", "pinned_Bps", "platform", "device_kind", "status", "note")
+
+
+def pinned_vs_pageable(sizes_bytes, repeats: int = 5, warmup: int = 1, device=None) -> pd.DataFrame:
+    """Host-to-device copies from pageable and from pinned host memory, interleaved, per size.
+
+    Each repeat runs, in turn: ``device_put`` of a pageable numpy array (``pageable_s``); and the
+    pinned path, numpy → ``memory_kind='pinned_host'`` (``staging_s``) → ``memory_kind='device'``
+    (``pinned_s``). Medians over ``repeats`` after ``warmup`` untimed rounds. ``pinned_speedup`` =
+    pageable_s / pinned_s (what pinned buffers buy when the data is already in them, e.g. a loader
+    that writes into pinned memory); ``staged_speedup`` = pageable_s / (staging_s + pinned_s)
+    (pinning a batch just to send it). On a CPU backend every side is a RAM copy: the rows run the
+    real code path and say so in ``note``. A device without a pinned_host memory kind gives one
+    row with status "not measured" and the reason.
+    """
+    import jax
+    sizes_bytes = [int(n) for n in sizes_bytes]
+    if not sizes_bytes or min(sizes_bytes) < 1:
+        raise ConfigError(f"sizes_bytes={sizes_bytes!r}: give one or more sizes >= 1 byte")
+    if repeats < 1 or warmup < 0:
+        raise ConfigError(f"repeats={repeats!r}, warmup={warmup!r}: need repeats >= 1 and warmup >= 0")
+    dev = device if device is not None else jax.devices()[0]
+    base = {"platform": dev.platform, "device_kind": dev.device_kind}
+    kinds = compat.memory_kinds(dev)
+    if "pinned_host" not in kinds:
+        return pd.DataFrame([{**{c: float("nan") for c in PINNED_COLUMNS}, **base, "status": "not measured",
+                              "note": f"device memories {list(kinds)} have no 'pinned_host' memory kind"}],
+                            columns=list(PINNED_COLUMNS))
+    note = ("interleaved repeats, medians; device_put synced with block_until_ready")
+    if dev.platform == "cpu":
+        note += ("; platform cpu: pinned_host, unpinned_host and device are all host RAM, so every "
+                 "time here is a RAM copy (with allocation), not a bus transfer")
+    host = np.ones(max(sizes_bytes), dtype=np.uint8)
+    rows = []
+    for n in sizes_bytes:
+        a = host[:n]
+        pageable, staging, pinned = [], [], []
+        for r in range(warmup + repeats):
+            s_page = _time_pageable_to_device(a, dev)
+            s_stage, s_pin = _time_pinned_to_device(a, dev)
+            if r >= warmup:
+                pageable.append(s_page)
+                staging.append(s_stage)
+                pinned.append(s_pin)
+        pg, st, pn = (float(np.median(v)) for v in (pageable, staging, pinned))
+        rows.append({"size_bytes": n, "repeats": repeats, "pageable_s": pg, "staging_s": st, "pinned_s": pn,
+                     "pinned_speedup": pg / pn, "staged_speedup": pg / (st + pn),
+                     "pageable_Bps": n / pg, "pinned_Bps": n / pn, **base, "status": "ok", "note": note})
+    return pd.DataFrame(rows, columns=list(PINNED_COLUMNS))
+
+
 def _device_probes(rec: _Recorder, cfg: ProbeConfig, sz: list[int]) -> None:
     import jax
     import jax.numpy as jnp
@@ -336,11 +427,7 @@ def _device_probes(rec: _Recorder, cfg: ProbeConfig, sz: list[int]) -> None:
     dev = jax.devices()[0]
     platform = dev.platform
     host = np.ones(sz[-1], dtype=np.uint8)
-    kinds = []
-    try:
-        kinds = [m.kind for m in dev.addressable_memories()]
-    except Exception:  # older runtimes: no memories API
-        pass
+    kinds = compat.memory_kinds(dev)
 
     if "h2d_pageable" in cfg.probes:
         probe_x = jax.device_put(host[:PAGE]).block_until_ready()
@@ -353,42 +440,20 @@ def _device_probes(rec: _Recorder, cfg: ProbeConfig, sz: list[int]) -> None:
         if aliased:
             note += "; WARNING: device_put aliased the numpy buffer (zero-copy)"
 
-        def h2d(n: int) -> float:
-            a = host[:n]
-            t0 = time.perf_counter()
-            x = jax.device_put(a)
-            x.block_until_ready()
-            s = time.perf_counter() - t0
-            del x
-            return s
-
-        _sweep(rec, cfg, "h2d_pageable", sz, h2d, note)
+        _sweep(rec, cfg, "h2d_pageable", sz, lambda n: _time_pageable_to_device(host[:n], dev), note)
 
     if "h2d_pinned" in cfg.probes:
         if platform == "cpu":
             rec.not_measured(
                 "h2d_pinned",
                 "platform cpu: the device's memory is host RAM, so there is no host-to-device bus "
-                "for page-locked memory to speed up (jax accepts memory_kind='pinned_host' here, "
-                "but a copy from it is just another RAM copy)")
+                "for page-locked memory to speed up (the pinned_host path runs here, in "
+                "probes.pinned_vs_pageable, but a copy from it is just another RAM copy)")
         elif "pinned_host" not in kinds:
-            rec.not_measured("h2d_pinned", f"platform {platform}: device memories {kinds} have no "
+            rec.not_measured("h2d_pinned", f"platform {platform}: device memories {list(kinds)} have no "
                                            "'pinned_host' memory kind")
         else:
-            from jax.sharding import SingleDeviceSharding
-            pinned = SingleDeviceSharding(dev, memory_kind="pinned_host")
-            on_dev = SingleDeviceSharding(dev, memory_kind="device")
-
-            def h2d_pinned(n: int) -> float:
-                p = jax.device_put(host[:n], pinned).block_until_ready()  # staging: not timed
-                t0 = time.perf_counter()
-                x = jax.device_put(p, on_dev)
-                x.block_until_ready()
-                s = time.perf_counter() - t0
-                del x, p
-                return s
-
-            _sweep(rec, cfg, "h2d_pinned", sz, h2d_pinned,
+            _sweep(rec, cfg, "h2d_pinned", sz, lambda n: _time_pinned_to_device(host[:n], dev)[1],
                    "jax.device_put from a memory_kind='pinned_host' array to 'device', "
                    "block_until_ready")
 
@@ -477,13 +542,8 @@ def _device_probes(rec: _Recorder, cfg: ProbeConfig, sz: list[int]) -> None:
 def _extra_environment(tmp: Path) -> dict:
     import jax
     vm = psutil.virtual_memory()
-    dev_mem = float("nan")
-    try:
-        stats = jax.devices()[0].memory_stats()
-        if stats and "bytes_limit" in stats:
-            dev_mem = float(stats["bytes_limit"])
-    except Exception:  # CPU returns None; some runtimes raise
-        pass
+    stats = compat.memory_stats(jax.devices()[0]) or {}
+    dev_mem = float(stats.get("bytes_limit", float("nan")))
     return {
         "ram_total_bytes": float(vm.total),
         "ram_available_bytes": float(vm.available),
@@ -676,8 +736,9 @@ def medians(raw: pd.DataFrame) -> pd.DataFrame:
 
 
 def write(out_dir: str | os.PathLike, raw: pd.DataFrame, fits: pd.DataFrame,
-          cfg: ProbeConfig | None = None) -> Path:
-    """Writes rows.csv, fits.csv and config.json into ``out_dir``, all or nothing.
+          cfg: ProbeConfig | None = None, extra: dict[str, pd.DataFrame] | None = None) -> Path:
+    """Writes rows.csv, fits.csv, config.json and each ``extra`` table (``name`` → ``name.csv``,
+    e.g. ``pinned_vs_pageable``) into ``out_dir``, all or nothing.
 
     The files are written into a hidden sibling folder which is then renamed to ``out_dir``, so a
     reader never sees a half-written run. ``out_dir`` must not exist yet (or be empty).
@@ -698,13 +759,19 @@ def write(out_dir: str | os.PathLike, raw: pd.DataFrame, fits: pd.DataFrame,
         config = to_flat_dict(cfg)
     env = {c: raw[c].iloc[0] for c in ENV_COLUMNS if c in raw.columns and len(raw)}
     env = {k: (v.item() if hasattr(v, "item") else v) for k, v in env.items()}
+    extra = dict(extra or {})
+    bad = [k for k in extra if not k.isidentifier() or k in ("rows", "fits", "config")]
+    if bad:
+        raise ValueError(f"extra table name(s) {bad}: use identifiers other than rows, fits and config")
     payload = {"experiment": "probe", "config": config, "environment": env,
-               "fit_method": FIT_METHOD, "files": ["rows.csv", "fits.csv"]}
+               "fit_method": FIT_METHOD, "files": ["rows.csv", "fits.csv", *(f"{k}.csv" for k in extra)]}
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
     try:
         raw.to_csv(staging / "rows.csv", index=False)
         fits.to_csv(staging / "fits.csv", index=False)
+        for name, table in extra.items():
+            table.to_csv(staging / f"{name}.csv", index=False)
         (staging / "config.json").write_text(json.dumps(payload, indent=2, default=str) + "\n")
         if out.exists():
             out.rmdir()  # empty, checked above
@@ -728,6 +795,20 @@ def format_fits(fits: pd.DataFrame) -> str:
         r2l = f"{r['r2_log']:7.4f}" if not math.isnan(r["r2_log"]) else f"{'-':>7}"
         lines.append(f"{r['probe']:<15} {r['link']:<24} {g(r['alpha_s'])} {g(r['beta_Bps'])} "
                      f"{g(r['flop_rate'])} {r2} {r2l} {int(r['n_points']):>4}  {r['status']}")
+    return "\n".join(lines)
+
+
+def format_pinned(df: pd.DataFrame) -> str:
+    """The pinned-vs-pageable table as text."""
+    if (df["status"] != "ok").all():
+        return f"pinned vs pageable: not measured ({df['note'].iloc[0]})"
+    lines = [f"pinned vs pageable host->device on {df['platform'].iloc[0]} ({df['device_kind'].iloc[0]}), medians",
+             f"{'size_bytes':>12} {'pageable_s':>11} {'staging_s':>11} {'pinned_s':>11} {'pinned x':>9} {'staged x':>9}"]
+    for _, r in df.iterrows():
+        lines.append(f"{int(r['size_bytes']):>12} {r['pageable_s']:11.3g} {r['staging_s']:11.3g} {r['pinned_s']:11.3g} "
+                     f"{r['pinned_speedup']:9.2f} {r['staged_speedup']:9.2f}")
+    if df["platform"].iloc[0] == "cpu":
+        lines.append("(platform cpu: every side is a RAM copy, not a bus transfer)")
     return "\n".join(lines)
 
 
@@ -767,9 +848,16 @@ def experiment_main(cfg: ProbeConfig, preset: str, run_id: str | None = None,
     t0 = time.perf_counter()
     raw = run(cfg, log=log)
     fits = fit_links(raw)
-    path = write(out, raw, fits, cfg)
+    extra = {}
+    h2d = raw[(raw["probe"] == "h2d_pageable") & (raw["status"] == "ok")]
+    if len(h2d):  # the same sizes as the pageable sweep, pinned and pageable interleaved
+        extra["pinned_vs_pageable"] = pinned_vs_pageable(sorted(h2d["size_bytes"].unique()),
+                                                         repeats=cfg.repeats, warmup=cfg.warmup)
+    path = write(out, raw, fits, cfg, extra)
     wall = time.perf_counter() - t0
     print(format_fits(fits))
+    if "pinned_vs_pageable" in extra:
+        print("\n" + format_pinned(extra["pinned_vs_pageable"]))
     print(f"\n{len(raw)} rows, {int((fits['status'] == 'ok').sum())} links fitted; "
           f"wrote {path}; wall time {wall:.1f} s (preset {preset})")
     return 0

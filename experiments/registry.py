@@ -122,6 +122,17 @@ _SWEEP_HELP = Experiment.extra_help + (
     "                         failed (default: a resumed sweep skips every pair that has a row)",
 )
 
+
+def _env_presets():
+    from experiments import envcheck
+    return envcheck.PRESETS
+
+
+def _env_main(cfg, preset):
+    from experiments import envcheck
+    return envcheck.main(cfg, preset)
+
+
 EXPERIMENTS: dict[str, Experiment] = {
     "train": Experiment("one measured training run: loader → device feed → jitted step",
                         _Lazy(_train_presets), "quick", _train_main),
@@ -133,4 +144,7 @@ EXPERIMENTS: dict[str, Experiment] = {
                           _Lazy(_scaling_presets), "quick", _scaling_main),
     "study": Experiment("the main job: the quick sweep plus a readable report with figures",
                         _Lazy(_study_presets), "quick", _study_main, _SWEEP_OPTIONS, _SWEEP_HELP),
+    "env": Experiment("check this environment: platform, devices, memory kinds, package versions against the "
+                      "tested ranges, what is missing (exit 1 if something required is)",
+                      _Lazy(_env_presets), "default", _env_main, run_options=(), extra_help=()),
 }

@@ -553,3 +553,53 @@ def totals(df: pd.DataFrame) -> dict[str, int]:
     dev = df[df.place == "device"]
     return {"host": int(df.loc[df.place == "host", "bytes"].sum()), "device": int(dev["bytes"].sum()),
             "step": int(dev.loc[dev.component.isin(STEP_COMPONENTS), "bytes"].sum())}
+
+
+PEAK_COLUMNS = ("predicted_bytes", "measured_peak_bytes", "bytes_limit", "ratio", "rel_error", "status", "note")
+NOT_AVAILABLE = "not available on this platform"
+
+
+def peak_comparison(predicted_bytes: int, memory_stats: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The footprint's device prediction beside the device's measured peak.
+
+    ``memory_stats`` is what ``Device.memory_stats()`` returned in the process that ran the
+    training (its ``peak_bytes_in_use`` is the most the allocator held since the process started);
+    None where the platform keeps no statistics (CPU). ``ratio`` = measured / predicted;
+    ``rel_error`` = (predicted − measured) / measured, negative when the model under-predicts.
+
+    Args:
+        predicted_bytes: the footprint's device total (``totals(df)["device"]``), >= 1.
+        memory_stats: the device's statistics, or None.
+
+    Returns:
+        A dict with ``PEAK_COLUMNS``; measured fields NaN and ``status`` "not available on this
+        platform" (with the reason in ``note``) where there is no measured peak, else "ok".
+
+    Example:
+        >>> r = peak_comparison(1000, {"peak_bytes_in_use": 1030, "bytes_limit": 8000})
+        >>> r["ratio"], round(r["rel_error"], 4), r["status"]
+        (1.03, -0.0291, 'ok')
+        >>> peak_comparison(1000, None)["status"]
+        'not available on this platform'
+    """
+    predicted = _count("peak_comparison", "predicted_bytes", predicted_bytes, 1,
+                       "pass the footprint's device total, totals(df)['device']")
+    nan = float("nan")
+    out = {"predicted_bytes": predicted, "measured_peak_bytes": nan, "bytes_limit": nan, "ratio": nan,
+           "rel_error": nan, "status": NOT_AVAILABLE, "note": ""}
+    if memory_stats is None:
+        out["note"] = "Device.memory_stats() returned None (the CPU backend keeps no allocator statistics)"
+        return out
+    if not isinstance(memory_stats, Mapping):
+        raise FootprintError(f"peak_comparison: memory_stats={memory_stats!r} is a {type(memory_stats).__name__}; "
+                             "pass the dict Device.memory_stats() returned, or None")
+    if "peak_bytes_in_use" not in memory_stats:
+        out["note"] = f"memory_stats() has no 'peak_bytes_in_use' (keys: {sorted(memory_stats)})"
+        return out
+    peak = _count("peak_comparison", "peak_bytes_in_use", memory_stats["peak_bytes_in_use"], 1,
+                  "it comes from Device.memory_stats() after the training ran")
+    limit = memory_stats.get("bytes_limit")
+    out.update(measured_peak_bytes=peak, ratio=peak / predicted, rel_error=(predicted - peak) / peak, status="ok",
+               bytes_limit=_count("peak_comparison", "bytes_limit", limit, 1, "from Device.memory_stats()")
+               if limit is not None else nan)
+    return out

@@ -63,6 +63,7 @@ def huber_sum_numpy(values: dict, n, d, loss, delta=1e-3) -> float:
 # recovery of known laws
 
 
+@pytest.mark.latest
 def test_chinchilla_noise_free_recovers_published_parameters_exactly():
     fit = scaling.fit_chinchilla(chinchilla_table(), bootstrap=0)
     for name, true in CHINCHILLA.items():
@@ -103,6 +104,7 @@ def test_objective_is_the_sum_of_huber_losses_and_no_scipy_start_beats_it():
     assert ours <= best_scipy * (1 + 1e-6)
 
 
+@pytest.mark.latest
 def test_optax_lbfgs_agrees_with_the_fitted_optimum():
     df = chinchilla_table(noise=0.01, seed=1)
     fit = scaling.fit_chinchilla(df, bootstrap=0)
@@ -142,6 +144,7 @@ def test_power_law_noise_free_recovers_kaplan_exponent():
     assert fit.value("L_inf") < 1e-2  # losses here are 2.0 .. 4.0
 
 
+@pytest.mark.latest
 def test_power_law_with_noise_recovers_kaplan_exponent():
     x = np.geomspace(1e6, 1e10, 40)
     loss = (8.8e13 / x) ** 0.076 * np.exp(np.random.default_rng(2).normal(0, 0.002, x.size))
@@ -303,6 +306,7 @@ def test_non_numeric_column_is_named():
 # compute-optimal allocation
 
 
+@pytest.mark.latest
 def test_compute_optimal_matches_the_closed_form_and_a_brute_force_search():
     fit = scaling.chinchilla_from_values(**CHINCHILLA)
     budgets = np.array([1e18, 1e21, 5.76e23])

@@ -6,6 +6,8 @@ from experiments.__main__ import main
 from experiments.configs import ConfigError, apply_overrides, parse_overrides
 from experiments.train import TrainConfig, smoke
 
+pytestmark = pytest.mark.latest  # also run on the newest versions (make test-latest)
+
 
 def test_overrides_are_typed():
     cfg = apply_overrides(smoke(), parse_overrides(["--batch_size=16", "--feed=none", "--learning_rate=2e-3"]))

@@ -10,6 +10,8 @@ import pytest
 from experiments import feed as feed_lib
 from experiments.loader import LoaderConfig, build_dataset
 
+pytestmark = pytest.mark.latest  # also run on the newest versions (make test-latest)
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -57,6 +59,7 @@ def test_bad_feed_kind():
 _MULTI = r"""
 import dataclasses, sys
 import jax, numpy as np
+
 assert jax.local_device_count() == 4, jax.devices()
 from experiments import feed as feed_lib, train
 from experiments.loader import LoaderConfig, build_dataset

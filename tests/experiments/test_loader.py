@@ -6,6 +6,8 @@ import pytest
 
 from experiments.loader import LoaderConfig, build_dataset
 
+pytestmark = pytest.mark.latest  # also run on the newest versions (make test-latest)
+
 
 def _labels(cfg, n_batches):
     it = iter(build_dataset(cfg, stage_timing=False))

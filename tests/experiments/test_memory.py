@@ -7,6 +7,7 @@ import time
 
 import jax
 import numpy as np
+import pandas as pd
 import pytest
 
 from experiments import configs, memory, train
@@ -37,6 +38,7 @@ def compiled():
     return out
 
 
+@pytest.mark.latest
 @pytest.mark.parametrize("family,batch_size", CASES)
 def test_device_total_matches_xla_memory_analysis(compiled, family, batch_size):
     df, xla = compiled[family, batch_size]
@@ -173,3 +175,37 @@ def test_study_footprints_from_rows(compiled):
     assert fp.totals(mlp)["step"] == fp.totals(compiled["mlp", 8][0])["step"]
     with pytest.raises(configs.ConfigError, match="lacks config field"):
         memory.config_from_row(pd.Series({"model": "mlp"}))
+
+
+@pytest.mark.latest
+def test_peak_vs_footprint_with_stubbed_device_statistics(compiled):
+    cfg = _cfg("mlp", 8)
+    predicted = fp.totals(compiled["mlp", 8][0])["device"]
+    stats = {"peak_bytes_in_use": int(predicted * 1.02), "bytes_limit": 16 * 2**30}
+    df = memory.peak_vs_footprint(cfg, stats, compiled["mlp", 8][1])
+    r = df.iloc[0]
+    assert len(df) == 1 and r.status == "ok" and (r.model, r.batch_size) == ("mlp", 8)
+    assert r.predicted_bytes == predicted and r.measured_peak_bytes == int(predicted * 1.02)
+    assert r.ratio == pytest.approx(1.02, rel=1e-6)
+
+
+@pytest.mark.latest
+def test_device_peak_after_a_real_run_and_from_its_row():
+    # the real path: train, then read the device's statistics; on CPU memory_stats() is None
+    cfg = dataclasses.replace(_cfg("mlp", 8), steps=3, warmup_steps=1, resident_steps=2)
+    row = train.run(cfg)
+    live = memory.device_peak_vs_footprint(cfg).iloc[0]
+    from_rows = memory.rows_peak_vs_footprint(row).iloc[0]
+    assert live.predicted_bytes == fp.totals(memory.footprint(cfg))["device"] > 0
+    assert from_rows.predicted_bytes == pytest.approx(live.predicted_bytes, rel=0.05)
+    if jax.devices()[0].memory_stats() is None:
+        assert live.status == from_rows.status == "not available on this platform"
+        assert np.isnan(live.measured_peak_bytes) and np.isnan(from_rows.ratio)
+        assert live.platform == row.platform.iloc[0]
+    else:
+        assert live.status == "ok" and live.measured_peak_bytes >= from_rows.measured_peak_bytes > 0
+
+
+def test_rows_peak_vs_footprint_needs_the_peak_column():
+    with pytest.raises(configs.ConfigError, match="device_peak_bytes"):
+        memory.rows_peak_vs_footprint(pd.DataFrame({"status": ["ok"]}))

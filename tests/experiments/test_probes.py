@@ -65,6 +65,57 @@ def test_pinned_host_is_not_measured_on_cpu_with_a_reason(smoke_run):
     assert "platform cpu" in row["note"].iloc[0]
 
 
+@pytest.mark.latest
+def test_pinned_vs_pageable_runs_the_pinned_host_path_for_real():
+    import jax
+    from experiments import compat
+    dev = jax.devices()[0]
+    if "pinned_host" not in compat.memory_kinds(dev):
+        pytest.skip(f"platform {dev.platform}: jax {jax.__version__} exposes no pinned_host memory kind here "
+                    f"({compat.memory_kinds(dev)}), so there is no pinned path to run")
+    df = probes.pinned_vs_pageable([4096, 65536], repeats=3, warmup=1)
+    assert list(df.columns) == list(probes.PINNED_COLUMNS) and list(df["size_bytes"]) == [4096, 65536]
+    assert (df["status"] == "ok").all() and (df["repeats"] == 3).all()
+    for col in ("pageable_s", "staging_s", "pinned_s"):
+        assert (df[col] > 0).all(), col
+    np.testing.assert_allclose(df["pinned_speedup"], df["pageable_s"] / df["pinned_s"])
+    np.testing.assert_allclose(df["staged_speedup"], df["pageable_s"] / (df["staging_s"] + df["pinned_s"]))
+    np.testing.assert_allclose(df["pinned_Bps"], df["size_bytes"] / df["pinned_s"])
+    if dev.platform == "cpu":
+        assert df["note"].str.contains("RAM copy").all()
+    # the staged array really lives in pinned_host and the transfer lands in device memory, intact
+    from jax.sharding import SingleDeviceSharding
+    host = np.arange(1000, dtype=np.float32)
+    p = jax.device_put(host, SingleDeviceSharding(dev, memory_kind="pinned_host"))
+    x = jax.device_put(p, SingleDeviceSharding(dev, memory_kind="device"))
+    assert (p.sharding.memory_kind, x.sharding.memory_kind) == ("pinned_host", "device")
+    np.testing.assert_array_equal(np.asarray(x), host)
+
+
+class _NoPinnedDevice:
+    platform, device_kind = "fakegpu", "Fake GPU"
+
+    def addressable_memories(self):
+        raise NotImplementedError("no memories API")
+
+
+@pytest.mark.latest
+def test_pinned_vs_pageable_without_pinned_memory_is_not_measured_with_the_reason():
+    df = probes.pinned_vs_pageable([4096], device=_NoPinnedDevice())
+    assert len(df) == 1 and df["status"].iloc[0] == "not measured"
+    assert "no 'pinned_host' memory kind" in df["note"].iloc[0] and np.isnan(df["pinned_s"].iloc[0])
+    assert "not measured" in probes.format_pinned(df)
+
+
+@pytest.mark.parametrize("kw, needle", [(dict(sizes_bytes=[]), "sizes_bytes=[]"),
+                                        (dict(sizes_bytes=[0]), "sizes_bytes=[0]"),
+                                        (dict(sizes_bytes=[8], repeats=0), "repeats=0")])
+def test_pinned_vs_pageable_rejects_bad_arguments(kw, needle):
+    with pytest.raises(ConfigError) as e:
+        probes.pinned_vs_pageable(**kw)
+    assert needle in str(e.value)
+
+
 def test_cold_read_note_says_how_the_cache_was_bypassed(smoke_run):
     _, raw, _ = smoke_run
     cold = raw[(raw["probe"] == "file_read_cold") & (raw["phase"] == "measure")]
@@ -245,3 +296,24 @@ def test_cli_refuses_an_existing_output_folder(tmp_path):
     with pytest.raises(FileExistsError):
         probes.main(["--preset", "smoke", "--out", str(tmp_path / "x")])
     assert os.listdir(tmp_path / "x") == ["rows.csv"]
+
+
+@pytest.mark.latest
+def test_experiment_writes_the_pinned_vs_pageable_table(tmp_path, capsys):
+    import jax
+    from experiments import compat
+    cfg = apply_overrides(probes.smoke(), {"probes": "h2d_pageable,h2d_pinned", "tmp_dir": str(tmp_path)})
+    assert probes.experiment_main(cfg, "smoke", out=str(tmp_path / "run")) == 0
+    out = tmp_path / "run"
+    files = json.loads((out / "config.json").read_text())["files"]
+    assert files == ["rows.csv", "fits.csv", "pinned_vs_pageable.csv"]
+    table = pd.read_csv(out / "pinned_vs_pageable.csv")
+    raw = pd.read_csv(out / "rows.csv")
+    measured = raw[(raw.probe == "h2d_pageable") & (raw.status == "ok")]
+    if "pinned_host" in compat.memory_kinds(jax.devices()[0]):
+        assert sorted(table["size_bytes"]) == sorted(measured["size_bytes"].unique())
+        assert (table["status"] == "ok").all() and "pinned vs pageable" in capsys.readouterr().out
+    else:
+        assert (table["status"] == "not measured").all()
+    with pytest.raises(ValueError, match="rows"):
+        probes.write(tmp_path / "bad", raw, probes.fit_links(raw), cfg, {"rows": table})

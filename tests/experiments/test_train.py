@@ -21,6 +21,7 @@ def _smoke(data_cache, **kw):
     return dataclasses.replace(train.smoke(), cache_dir=data_cache, **kw)
 
 
+@pytest.mark.latest
 @pytest.mark.parametrize("feed", ["none", "double_buffer", "grain_device_put"])
 def test_run_row_is_complete_and_consistent(data_cache, feed, shm_guard):
     t0 = time.perf_counter()
@@ -44,6 +45,7 @@ def test_run_row_is_complete_and_consistent(data_cache, feed, shm_guard):
     assert r.final_loss < r.first_loss, "the step must actually train"
 
 
+@pytest.mark.latest
 def test_step_traces_once_and_donates(data_cache):
     cfg = _smoke(data_cache)
     step = train.TrainStep(make_model(cfg.model_config()), cfg)

@@ -9,6 +9,8 @@ import pytest
 
 from memsim import footprint as fp
 
+pytestmark = pytest.mark.latest  # also run on the newest versions (make test-latest)
+
 BASE = dict(param_bytes=4000, host_sample_bytes=100, device_sample_bytes=84, batch_size=8)
 
 
@@ -170,3 +172,35 @@ def test_other_bad_input_is_named():
         fp.transformer_activation_bytes(shape, 0)
     with pytest.raises(fp.FootprintError, match=r"lacks column\(s\) \['bytes'\]"):
         fp.totals(pd.DataFrame({"component": [], "place": [], "source": []}))
+
+
+def test_peak_comparison_arithmetic_with_stubbed_stats():
+    stats = {"bytes_in_use": 10, "peak_bytes_in_use": 9_700, "bytes_limit": 80_000, "num_allocs": 3}
+    r = fp.peak_comparison(10_000, stats)
+    assert r["status"] == "ok" and r["note"] == ""
+    assert (r["predicted_bytes"], r["measured_peak_bytes"], r["bytes_limit"]) == (10_000, 9_700, 80_000)
+    assert r["ratio"] == pytest.approx(0.97)
+    assert r["rel_error"] == pytest.approx(300 / 9_700)
+    assert set(r) == set(fp.PEAK_COLUMNS)
+    assert math.isnan(fp.peak_comparison(10_000, {"peak_bytes_in_use": 5})["bytes_limit"])
+
+
+def test_peak_comparison_without_statistics_says_so():
+    r = fp.peak_comparison(123, None)
+    assert r["status"] == fp.NOT_AVAILABLE == "not available on this platform"
+    assert math.isnan(r["measured_peak_bytes"]) and math.isnan(r["ratio"]) and r["predicted_bytes"] == 123
+    r = fp.peak_comparison(123, {"bytes_in_use": 7})
+    assert r["status"] == fp.NOT_AVAILABLE and "bytes_in_use" in r["note"]
+
+
+@pytest.mark.parametrize("predicted, stats, needle", [
+    (0, None, "predicted_bytes=0"),
+    (1.5, None, "predicted_bytes=1.5"),
+    (100, [("peak_bytes_in_use", 5)], "memory_stats=[('peak_bytes_in_use', 5)]"),
+    (100, {"peak_bytes_in_use": -3}, "peak_bytes_in_use=-3"),
+    (100, {"peak_bytes_in_use": float("nan")}, "peak_bytes_in_use=nan"),
+])
+def test_peak_comparison_rejects_bad_input_naming_it(predicted, stats, needle):
+    with pytest.raises(fp.FootprintError) as e:
+        fp.peak_comparison(predicted, stats)
+    assert needle in str(e.value)

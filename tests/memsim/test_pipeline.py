@@ -31,6 +31,7 @@ def mm1k(lam: float, mu: float, k: int) -> tuple[float, float, float]:
 
 # ------------------------------------------------------------------------------ theory
 
+@pytest.mark.latest
 @pytest.mark.parametrize("lam,mu,buffer", [(1.0, 2.0, 1), (1.0, 1.0, 2), (1.5, 1.0, 4)])
 def test_mm1k_blocking_and_throughput_within_monte_carlo_error(lam, mu, buffer):
     # An exponential server fed by an always-busy exponential source through a buffer of B slots,
@@ -84,6 +85,7 @@ def det_sweep():
     return sweep(deterministic_grid(), n_items=6720, dtype="float64")
 
 
+@pytest.mark.latest
 def test_deterministic_throughput_equals_the_bottleneck_rate(det_sweep):
     df = det_sweep
     np.testing.assert_allclose(df.samples_per_s, df.bottleneck_bound_samples_per_s, rtol=1e-9)
@@ -151,6 +153,7 @@ def stoch_traces():
     return grid, simulate_traces(grid, n_items=400, seed=11)
 
 
+@pytest.mark.latest
 def test_littles_law_for_every_buffer_of_every_configuration(stoch_traces):
     grid, traces = stoch_traces
     checked = 0
@@ -224,6 +227,7 @@ def test_event_simulator_with_its_own_draws_agrees_statistically():
 
 # ----------------------------------------------------------------- sweep contracts
 
+@pytest.mark.latest
 def test_sweep_columns_join_with_measured_knob_names():
     df = sweep({"num_workers": [0, 2], "feed": ["none", "double_buffer"]}, n_items=400)
     for col in ("num_workers", "prefetch_buffer_size", "device_buffer_size", "cpu_buffer_size", "batch_size",
@@ -280,6 +284,7 @@ def test_more_workers_help_a_loader_bound_pipeline_until_compute_binds():
     assert s[-1] == pytest.approx(64 / 0.01, rel=0.02)
 
 
+@pytest.mark.latest
 def test_jitted_kernel_compiles_once_per_shape():
     grid = {"num_workers": [1, 2], "feed": ["double_buffer"]}
     sweep(grid, n_items=400)
@@ -327,6 +332,7 @@ def test_bad_distributions_and_grids():
         PipelineConfig().with_links(read=object())
 
 
+@pytest.mark.latest
 def test_links_from_the_hierarchy_plug_in():
     from memsim.hierarchy import Link
 
