@@ -21,7 +21,7 @@ from experiments import configs
 from experiments.configs import ConfigError
 from experiments.loader import STAGE_KEYS, LoaderConfig, build_dataset, dataset_path
 from experiments.models import make_model
-from experiments.train import TrainConfig, TrainStep
+from experiments.train import TrainConfig, TrainStep, batch_specs
 from memsim import footprint as fp
 
 TRAIN_OPTIMIZER = "adamw"  # what experiments.train.TrainStep uses
@@ -37,19 +37,6 @@ def optax_transform(name: str, cfg: TrainConfig):
     if name not in makers:
         raise ConfigError(f"optimizer={name!r}: expected one of {', '.join(makers)}")
     return makers[name]()
-
-
-def batch_specs(cfg: TrainConfig) -> dict:
-    """The step's batch argument as ShapeDtypeStructs: what the loader yields, stage stamps removed
-    (image: float32 after Augment, int32 labels; text: int32 token windows)."""
-    import jax
-    import jax.numpy as jnp
-    b = cfg.batch_size
-    if cfg.workload == "text":
-        return {"tokens": jax.ShapeDtypeStruct((b, cfg.seq_len), jnp.int32),
-                "targets": jax.ShapeDtypeStruct((b, cfg.seq_len), jnp.int32)}
-    return {"image": jax.ShapeDtypeStruct((b, cfg.image_size, cfg.image_size, cfg.channels), jnp.float32),
-            "label": jax.ShapeDtypeStruct((b,), jnp.int32)}
 
 
 def device_sample_bytes(cfg: TrainConfig) -> int:

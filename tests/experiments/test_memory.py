@@ -192,7 +192,7 @@ def test_peak_vs_footprint_with_stubbed_device_statistics(compiled):
 @pytest.mark.latest
 def test_device_peak_after_a_real_run_and_from_its_row():
     # the real path: train, then read the device's statistics; on CPU memory_stats() is None
-    cfg = dataclasses.replace(_cfg("mlp", 8), steps=3, warmup_steps=1, resident_steps=2)
+    cfg = dataclasses.replace(_cfg("mlp", 8), min_steps=3, min_measure_s=0.0, warmup_steps=1, max_warmup_s=0.2)
     row = train.run(cfg)
     live = memory.device_peak_vs_footprint(cfg).iloc[0]
     from_rows = memory.rows_peak_vs_footprint(row).iloc[0]
