@@ -227,7 +227,14 @@ class Runner:
         self._n = 0
 
     def close(self):
+        """Removes the sweep's temporary files and stops the fork server, so a finished sweep leaves
+        no process behind (the server would otherwise live until this process exits; the next sweep
+        starts a new one)."""
         self._tmp.cleanup()
+        from multiprocessing import forkserver
+        stop = getattr(forkserver._forkserver, "_stop", None)  # CPython 3.8+; only the server, not its children
+        if stop is not None:
+            stop()
 
     def run(self, cfg: TrainConfig, timeout_s: float) -> dict:
         from experiments import runone

@@ -418,7 +418,9 @@ def loader_work_alive() -> tuple[list[int], list[str]]:
     procs = []
     for p in psutil.Process().children(recursive=True):
         try:
-            if p.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(p.cmdline()):
+            cmd = " ".join(p.cmdline())
+            # multiprocessing's own helpers (a resource tracker, a sweep's fork server) move no data
+            if p.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in cmd and "forkserver" not in cmd:
                 procs.append(p.pid)
         except psutil.NoSuchProcess:
             pass

@@ -1,9 +1,24 @@
+import atexit
 import os
+import shutil
+import tempfile
 
 import pytest
 
 # Silence grain/absl INFO chatter in test logs; errors still show.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+# One JAX persistent compilation cache for the session, its subprocesses included (they inherit the
+# environment): the tests compile the same small steps many times over, in new processes and in new
+# closures. Measured on the 2-core CPU: a smoke scaling point takes 8.9 s cold and 2.4 s with the
+# step loaded from the cache, whose cost analysis (XLA flops per step) is the same as a fresh one. Set
+# JAX_COMPILATION_CACHE_DIR yourself to choose the folder (it is then kept).
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    _xla_cache = tempfile.mkdtemp(prefix="memsim-test-xla-cache-")
+    atexit.register(shutil.rmtree, _xla_cache, ignore_errors=True)
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = _xla_cache
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 
 @pytest.fixture(scope="session")

@@ -217,9 +217,11 @@ def test_bound_is_measured_with_the_loader_stopped(data_cache, monkeypatch):
         calls.append((len(workers), threads))
         return real(step_fn, cfg, on_measure_start)
 
-    def data_threads(names):  # all but Grain's idle process-wide helpers (shared-memory unlink pool, stats loops)
+    def data_threads(names):  # all but Grain's idle process-wide helpers (shared-memory unlink pool, stats
+        # loops), tqdm's monitor (left by an earlier progress bar) and the run's own memory sampler
         return [n for n in names if not n.endswith(("(_reporting_loop)", "(worker)", "(_handle_workers)",
-                                                    "(_handle_tasks)", "(_handle_results)"))]
+                                                    "(_handle_tasks)", "(_handle_results)"))
+                and n not in ("tqdm_monitor", "memsim-host-sampler")]
 
     monkeypatch.setattr(train, "measure_window", spy)
     res = train.run_detailed(_smoke(data_cache, num_workers=1, feed="double_buffer", prefetch_buffer_size=2))
