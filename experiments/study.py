@@ -141,9 +141,13 @@ def main(cfg: StudyConfig, preset: str, run_id: str | None = None, results_root:
         try:
             runs = sweep.run(cfg, out, "study", retry_failed=retry_failed)
             sweep_s = time.perf_counter() - t0
+            stage_s = {"sweep": sweep_s}
+            t = time.perf_counter()
             probes = _stage(errors, "probes", run_probes, cfg, out)
             probe_raw, probe_fits = probes if probes is not None else (None, None)
+            stage_s["probes"], t = time.perf_counter() - t, time.perf_counter()
             scaling_rows = _stage(errors, "scaling", run_scaling, cfg, out)
+            stage_s["scaling"] = time.perf_counter() - t
         except KeyboardInterrupt:
             sig.caught = sig.caught or signal.SIGINT
     if sig.caught:
@@ -151,11 +155,16 @@ def main(cfg: StudyConfig, preset: str, run_id: str | None = None, results_root:
               f"rerun with --run_id={out.name}", file=sys.stderr)
         return sig.exit_code
     summary = results.summarize(runs) if len(runs) else runs
+    t = time.perf_counter()
+    memory = run_memory(summary, out)
+    stage_s["memory"], t = time.perf_counter() - t, time.perf_counter()
     ctx = StudyContext(cfg, preset, out, summary, env_lib.environment(), runs=runs, wall_s=sweep_s,
                        probe_raw=probe_raw, probe_fits=probe_fits, scaling_rows=scaling_rows,
-                       memory=run_memory(summary, out), errors=errors)
+                       memory=memory, errors=errors)
     path = write_report(ctx)
-    print(f"report: {path}  ({time.perf_counter() - t0:.0f} s)")
+    stage_s["report"] = time.perf_counter() - t
+    print(f"report: {path}  ({time.perf_counter() - t0:.0f} s: "
+          + ", ".join(f"{k} {v:.0f} s" for k, v in stage_s.items()) + ")")
     code = sweep.report_rows(runs, out)
     if ctx.failed_sections:
         print("error: report section(s) failed: " + "; ".join(f"{n}: {e}" for n, e in ctx.failed_sections),
