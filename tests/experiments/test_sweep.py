@@ -217,7 +217,7 @@ def test_designed_sample_is_balanced_seeded_and_valid():
     cfg = dataclasses.replace(sweep.quick(), sample_size=12)
     designed = cfg.designed_configs()
     sample = [tc for d, tc in designed if d == "sample"]
-    assert len([d for d, _ in designed if d == "grid"]) == 18 and len(sample) == 12
+    assert len([d for d, _ in designed if d == "grid"]) == 2 * 2 * 2 and len(sample) == 12  # workers × prefetch × feed
     for k in sweep.SAMPLE_KEYS:
         levels = getattr(cfg, f"sample_{k}")
         counts = [sum(getattr(tc, k) == v for tc in sample) for v in levels]
