@@ -106,8 +106,8 @@ def smoke() -> ScalingConfig:
 
 
 def quick() -> ScalingConfig:
-    """Five sizes (≈21k to ≈0.9M params: 1.6 decades) × three budgets (33k to 131k tokens); TIMING
-    on an otherwise idle 2-core CPU (the study runs it; 65k–262k took 2 min 16 s on a fast day and
+    """Five sizes (≈21k to ≈0.9M params: 1.6 decades) × three budgets (33k to 131k tokens): 2 min 12 s
+    on a 2-core CPU on a slow day (the study runs it; 65k–262k took 2 min 16 s on a fast day and
     3 min 29 s on a slow one, too much of the demo's 8 minutes)."""
     return ScalingConfig(widths=(24, 32, 64, 96, 128), depths=(1, 1, 2, 3, 4),
                          token_budgets=(32_768, 65_536, 131_072), val_windows=256)
