@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 
 from analysis import plots
+from memsim.knobs import KNOBS
 
-TABLE_COLS = ["num_workers", "prefetch_buffer_size", "device_buffer_size", "feed", "batch_size", "source",
-              "precision", "grad_accum_steps", "augment_cost", "image_size", "model"]
+TABLE_COLS = list(KNOBS)
 
 
 def md_table(df: pd.DataFrame, floatfmt: str = ".3g") -> str:

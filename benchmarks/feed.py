@@ -32,7 +32,7 @@ import subprocess
 import sys
 import time
 
-FEEDS = ("none", "double_buffer", "grain_device_put")
+from memsim.knobs import FEEDS  # plain Python: starts no XLA thread pool before the pinning
 
 
 def reserve_device_core() -> tuple[set, set]:

@@ -8,8 +8,7 @@ import typing
 from typing import Any, Iterable, Literal, get_args, get_origin
 
 
-class ConfigError(ValueError):
-    """A config key or value a person has to fix; the message names it and says what to do."""
+from memsim.knobs import ConfigError  # noqa: F401 — re-exported: the one error for bad input
 
 
 def field_names(cfg_or_cls) -> list[str]:

@@ -29,7 +29,7 @@ import numpy as np
 
 from experiments.configs import check
 
-SOURCES = ("arrayrecord", "memmap", "ram")
+from memsim.knobs import SOURCES
 DEFAULT_CACHE = Path(os.environ.get("MEMSIM_CACHE", Path(__file__).resolve().parent.parent / ".cache"))
 
 

@@ -24,7 +24,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from experiments.loader import LoaderFailed, WorkerWatch, describe_worker_failure, split_stage_times
 
-FEEDS = ("none", "double_buffer", "grain_device_put")
+from memsim.knobs import FEEDS
 _POLL_S = 0.25
 
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from experiments import data as data_lib
 from experiments.configs import check
+from memsim.knobs import Source
 
 STAGE_KEYS = ("t_decode", "t_augment")
 
@@ -32,7 +33,7 @@ def _ensure_absl_flags() -> None:
 @dataclasses.dataclass(frozen=True)
 class LoaderConfig:
     workload: Literal["image", "text"] = "image"
-    source: Literal["arrayrecord", "memmap", "ram"] = "ram"
+    source: Source = "ram"
     seq_len: int = 128
     num_samples: int = 2048
     image_size: int = 32

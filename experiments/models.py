@@ -7,24 +7,24 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
 from experiments.configs import check
+from memsim.knobs import MODELS, Model, Precision
 
-FAMILIES = ("mlp", "cnn", "transformer")
+FAMILIES = MODELS
 
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    family: Literal["mlp", "cnn", "transformer"] = "mlp"
+    family: Model = "mlp"
     width: int = 256
     depth: int = 2
     num_heads: int = 4
-    precision: Literal["fp32", "bf16"] = "fp32"
+    precision: Precision = "fp32"
     # image families
     image_size: int = 32
     channels: int = 3

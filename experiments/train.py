@@ -11,7 +11,6 @@ import dataclasses
 import math
 import threading
 import time
-from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -21,6 +20,7 @@ from experiments.configs import ConfigError, check
 from experiments.loader import LoaderConfig, build_dataset, grain_stats_frame, shm_segments
 from experiments.models import FAMILIES, ModelConfig
 from experiments import data as data_lib
+from memsim.knobs import Feed, Model, Precision, Source
 
 
 class NonFiniteLoss(FloatingPointError):
@@ -30,14 +30,14 @@ class NonFiniteLoss(FloatingPointError):
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     # model
-    model: Literal["mlp", "cnn", "transformer"] = "mlp"
+    model: Model = "mlp"
     width: int = 256
     depth: int = 2
     num_heads: int = 4
     seq_len: int = 64
-    precision: Literal["fp32", "bf16"] = "fp32"
+    precision: Precision = "fp32"
     # data and loader
-    source: Literal["arrayrecord", "memmap", "ram"] = "ram"
+    source: Source = "ram"
     num_samples: int = 2048
     image_size: int = 32
     channels: int = 3
@@ -51,7 +51,7 @@ class TrainConfig:
     prefetch_buffer_size: int = 2
     augment_cost: int = 0
     # device feed
-    feed: Literal["none", "double_buffer", "grain_device_put"] = "double_buffer"
+    feed: Feed = "double_buffer"
     cpu_buffer_size: int = 4
     device_buffer_size: int = 2
     num_devices: int = 0

@@ -37,8 +37,7 @@ KINDS = ("deterministic", "exponential", "gamma", "lognormal", "empirical")
 SAMPLERS = ("det", "exp", "gamma", "lognormal", "empirical")
 
 
-class ConfigError(ValueError):
-    """A simulation input a person has to fix; the message names the field, the value and a fix."""
+from memsim.knobs import ConfigError  # noqa: F401 — re-exported: the one error for bad input
 
 
 @dataclasses.dataclass(frozen=True)

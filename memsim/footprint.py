@@ -81,8 +81,7 @@ import numpy as np
 import pandas as pd
 
 OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
-FEEDS = ("none", "double_buffer", "grain_device_put")
-PRECISIONS = ("fp32", "bf16")
+from memsim.knobs import FEEDS, PRECISIONS
 PLACES = ("host", "device")
 SOURCES = ("analytic", "xla", "measured")
 COLUMNS = ("component", "place", "bytes", "source")

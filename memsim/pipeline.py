@@ -50,8 +50,7 @@ import pandas as pd
 from memsim import maxplus
 from memsim.distributions import ConfigError, Dist, as_dist, batch_shape_params, stream_ids, unit_table
 
-FEEDS = ("none", "double_buffer", "grain_device_put")
-PRECISIONS = ("fp32", "bf16")
+from memsim.knobs import FEEDS, PRECISIONS
 STAGES = ("read", "transform", "transfer", "compute")
 DIST_FIELDS = ("read_dist", "transform_dist", "transfer_dist", "compute_dist")
 
