@@ -2,11 +2,14 @@
 
 Each probe sweeps a size (4 KiB up to ``max_bytes``, capped by free memory), times every size
 ``repeats`` times after ``warmup`` untimed-for-the-fit runs, and emits one row per measurement.
-``fit_links`` fits t = α + n / B (Hockney) per probe with a robust fit; ``pinned_vs_pageable``
-compares host-to-device copies from pinned and pageable memory, interleaved, at the same sizes;
-``write`` stores rows.csv, fits.csv, pinned_vs_pageable.csv and config.json together.
+``run`` returns the rows and, given ``out_dir``, appends them to ``out_dir/rows.csv`` through the
+append-only writer of every experiment (``experiments.results.RowWriter``) as each probe's sweep
+finishes, so an interrupted run keeps the probes it finished. ``pinned_vs_pageable`` compares
+host-to-device copies from pinned and pageable memory, interleaved, at the same sizes. Fitting
+t = α + n / B per link is analysis's (``analysis.links``); nothing here fits.
 
-    python -m experiments.probes --preset quick [--out results/probe/<run_id>] [--key=value ...]
+    python -m experiments probe --preset quick [--run_id=ID] [--results_root=DIR] [--key=value ...]
+    python -m analysis links results/probe/<run_id>      # the fitted links of that folder
 
 A probe the platform cannot run yields one row with status "not measured" and the reason; no
 number is ever made up for it.
@@ -14,15 +17,12 @@ number is ever made up for it.
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import dataclasses
-import json
 import math
 import mmap
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -33,11 +33,9 @@ from typing import Callable, Literal
 import numpy as np
 import pandas as pd
 import psutil
-from scipy.stats import theilslopes
 
-from experiments import compat
-from experiments.configs import (ConfigError, apply_overrides, check, describe_fields,
-                                 parse_overrides, to_flat_dict)
+from experiments import compat, results
+from experiments.configs import ConfigError, check, to_flat_dict
 from experiments.env import environment
 
 KiB, MiB, GiB = 2**10, 2**20, 2**30
@@ -56,10 +54,6 @@ PROBE_LINKS: dict[str, tuple[str, str, str]] = {
     "matmul_bf16": ("device", "device", "flop"),
 }
 PROBES = tuple(PROBE_LINKS)
-FIT_METHOD = ("Theil-Sen slope (scipy.stats.theilslopes) of seconds vs size over all measured "
-              "repeats gives 1/B; alpha = median(t - n/B) over the smallest sizes up to the first "
-              "with n/B > 0.8 median t, floored at 0; stderr and 95% CI by bootstrap "
-              "(200 resamples, seed 0)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,10 +166,20 @@ def _resident_fraction(fd: int, length: int) -> float:
 class _Recorder:
     """Collects rows; knows the environment and config columns every row carries."""
 
-    def __init__(self, cfg: ProbeConfig, env: dict, log: Callable[[str], None]):
+    def __init__(self, cfg: ProbeConfig, env: dict, log: Callable[[str], None],
+                 writer: results.RowWriter | None = None):
         self.rows: list[dict] = []
         self.common = {**env, **to_flat_dict(cfg)}
         self.log = log
+        self.writer = writer
+        self._written = 0
+
+    def flush(self) -> None:
+        """Appends the rows not yet written (called between probes, never inside a timed sweep)."""
+        if self.writer is not None:
+            for row in self.rows[self._written:]:
+                self.writer.append(row)
+        self._written = len(self.rows)
 
     def add(self, probe: str, phase: str, size: float, seconds: float, repeat: int,
             note: str = "", flops: float = float("nan"), status: str = "ok") -> None:
@@ -216,7 +220,8 @@ def _sweep(rec: _Recorder, cfg: ProbeConfig, probe: str, sz: list[int],
                 rec.not_measured(probe, f"skipped: size {n} took {worst:.3g} s > "
                                         f"max_seconds_per_size={cfg.max_seconds_per_size}; raise it "
                                         "to measure larger sizes", size=m)
-            return
+            break
+    rec.flush()
 
 
 # ---- the probes ---------------------------------------------------------------------------------
@@ -537,6 +542,7 @@ def _device_probes(rec: _Recorder, cfg: ProbeConfig, sz: list[int]) -> None:
                                      size=3 * m * m * itemsize)
                 break
         mats.clear()
+        rec.flush()
 
 
 def _extra_environment(tmp: Path) -> dict:
@@ -553,8 +559,14 @@ def _extra_environment(tmp: Path) -> dict:
     }
 
 
-def run(cfg: ProbeConfig, log: Callable[[str], None] | None = None) -> pd.DataFrame:
-    """Runs the probes of ``cfg``; one row per measurement (and per probe not measured)."""
+def run(cfg: ProbeConfig, log: Callable[[str], None] | None = None,
+        out_dir: str | os.PathLike | None = None) -> pd.DataFrame:
+    """Runs the probes of ``cfg``; one row per measurement (and per probe not measured).
+
+    With ``out_dir`` the rows are also appended to ``out_dir/rows.csv`` (and its
+    ``rows.columns.json``) after each probe's sweep, through ``results.RowWriter``: never between
+    the timed repeats of a sweep, and a Ctrl-C keeps every probe that finished.
+    """
     if not isinstance(cfg, ProbeConfig):
         raise ConfigError(f"cfg is a {type(cfg).__name__}; pass a ProbeConfig (e.g. probes.quick())")
     log = log or (lambda _msg: None)
@@ -567,7 +579,11 @@ def run(cfg: ProbeConfig, log: Callable[[str], None] | None = None) -> pd.DataFr
         if sz[-1] < cfg.max_bytes:
             log(f"largest size capped at {sz[-1]} bytes by free memory "
                 f"(memory_fraction={cfg.memory_fraction}, available={env['ram_available_bytes']:.3g})")
-        rec = _Recorder(cfg, env, log)
+        writer = None
+        if out_dir is not None:
+            Path(out_dir).mkdir(parents=True, exist_ok=True)
+            writer = results.RowWriter(Path(out_dir))
+        rec = _Recorder(cfg, env, log, writer)
         t0 = time.perf_counter()
         _file_probes(rec, cfg, sz, tmp)
         log(f"file probes done at {time.perf_counter() - t0:.1f} s")
@@ -576,226 +592,28 @@ def run(cfg: ProbeConfig, log: Callable[[str], None] | None = None) -> pd.DataFr
         log(f"ram probes done at {time.perf_counter() - t0:.1f} s")
         _device_probes(rec, cfg, sz)
         log(f"device probes done at {time.perf_counter() - t0:.1f} s")
+        rec.flush()
         return pd.DataFrame(rec.rows)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
+# ---- writing and the command line ---------------------------------------------------------------
 
-# ---- fitting ------------------------------------------------------------------------------------
-
-
-def _alpha_beta(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    # 1/B: Theil-Sen, the median of pairwise slopes (pairs of equal size are skipped). With a
-    # geometric size sweep most pairs include a large size, so 1/B follows the large transfers.
-    slope = float(theilslopes(y, x).slope)
-    # alpha: only identifiable where it is a sizeable part of t, so take the median of t - n/B
-    # over the points of the smallest sizes, up to the first size where n/B > 0.8 × its median t
-    # (medians, so one outlier cannot promote a size; a prefix, so a large size that runs below
-    # B cannot pass for a latency-dominated one); at least the smallest size; never < 0.
-    # When alpha is below n/B even at the smallest size it is not identifiable from the sweep.
-    sizes_ = np.unique(x)
-    med = np.array([np.median(y[x == v]) for v in sizes_])
-    ok = slope * sizes_ <= 0.8 * med
-    k = max(1, int(np.argmin(ok)) if not ok.all() else ok.size)
-    small = np.isin(x, sizes_[:k])
-    alpha = max(0.0, float(np.median(y[small] - slope * x[small])))
-    return alpha, slope
-
-
-def _fit_one(x: np.ndarray, y: np.ndarray, n_boot: int = 200, seed: int = 0) -> dict:
-    """Robust fit of y = alpha + x / B; bootstrap standard errors and 95 % intervals."""
-    alpha, slope = _alpha_beta(x, y)
-    if not slope > 0:
-        return {"ok": False, "note": f"Theil-Sen slope {slope:.3g} s/unit is not positive: time does "
-                                     "not grow with size in these rows"}
-    y_hat = alpha + slope * x
-    ss_tot = float(np.sum((y - y.mean()) ** 2))
-    r2 = 1.0 - float(np.sum((y - y_hat) ** 2)) / ss_tot if ss_tot > 0 else float("nan")
-    ly, lyh = np.log(y), np.log(y_hat)
-    ss_tot_l = float(np.sum((ly - ly.mean()) ** 2))
-    r2_log = 1.0 - float(np.sum((ly - lyh) ** 2)) / ss_tot_l if ss_tot_l > 0 else float("nan")
-    rng = np.random.default_rng(seed)
-    boots = []
-    for _ in range(n_boot):
-        i = rng.integers(0, len(x), len(x))
-        if np.unique(x[i]).size < 3:
-            continue
-        a, sl = _alpha_beta(x[i], y[i])
-        if sl > 0:
-            boots.append((a, 1.0 / sl))
-    nan = float("nan")
-    if len(boots) >= 20:
-        b = np.array(boots)
-        se_a, se_r = float(b[:, 0].std(ddof=1)), float(b[:, 1].std(ddof=1))
-        lo_a, hi_a = (float(v) for v in np.percentile(b[:, 0], [2.5, 97.5]))
-        lo_r, hi_r = (float(v) for v in np.percentile(b[:, 1], [2.5, 97.5]))
-    else:
-        se_a = se_r = lo_a = hi_a = lo_r = hi_r = nan
-    return {"ok": True, "alpha_s": alpha, "alpha_stderr_s": se_a, "alpha_ci_low_s": lo_a,
-            "alpha_ci_high_s": hi_a, "rate": 1.0 / slope, "rate_stderr": se_r, "rate_ci_low": lo_r,
-            "rate_ci_high": hi_r, "r2": r2, "r2_log": r2_log}
-
-
+# The environment columns every row carries besides the config's (analysis.links copies them onto
+# the fits).
 ENV_COLUMNS = ("platform", "device_kind", "device_count", "cpu_count", "jax_version",
                "jaxlib_version", "numpy_version", "python", "git_commit", "ram_total_bytes",
                "ram_available_bytes", "disk_total_bytes", "device_memory_bytes",
                "max_bytes_effective", "started_at")
-FIT_COLUMNS = ("probe", "src", "dst", "link", "x_unit", "status", "alpha_s", "alpha_stderr_s",
-               "alpha_ci_low_s", "alpha_ci_high_s", "beta_Bps", "beta_stderr_Bps", "beta_ci_low_Bps",
-               "beta_ci_high_Bps", "flop_rate", "flop_rate_stderr", "flop_rate_ci_low",
-               "flop_rate_ci_high", "r2", "r2_log",
-               "n_points", "n_sizes", "min_size_bytes", "max_size_bytes", "method", "note")
 
 
-def fit_links(raw: pd.DataFrame) -> pd.DataFrame:
-    """Fits t = alpha_s + n / beta_Bps per probe (beta_Bps is bandwidth, bytes/s, i.e. 1/β).
-
-    For matmul probes the x axis is flops and the rate goes to ``flop_rate`` (beta_Bps is NaN).
-    Uses the rows with phase "measure" and status "ok"; probes with fewer than 3 sizes get
-    status "not fitted", probes with no measured row keep status "not measured".
-    """
-    if not isinstance(raw, pd.DataFrame):
-        raise TypeError(f"raw is a {type(raw).__name__}; pass the DataFrame from probes.run()")
-    need = ["probe", "phase", "status", "size_bytes", "seconds", "flops"]
-    missing = [c for c in need if c not in raw.columns]
-    if missing:
-        raise ValueError(f"raw rows lack column(s) {missing}; columns present: {list(raw.columns)}. "
-                         "Pass the rows probes.run() returned (or rows.csv)")
-    unknown = sorted(set(raw["probe"]) - set(PROBE_LINKS))
-    if unknown:
-        raise ValueError(f"raw rows name unknown probe(s) {unknown}; known: {', '.join(PROBES)}")
-    ok = raw[(raw["phase"] == "measure") & (raw["status"] == "ok")]
-    bad = ok[ok["seconds"].isna() | ok["size_bytes"].isna()]
-    if len(bad):
-        r = bad.iloc[0]
-        raise ValueError(f"NaN in an 'ok' row: probe={r['probe']!r} "
-                         f"size_bytes={float(r['size_bytes'])!r} seconds={float(r['seconds'])!r}; "
-                         "drop the row or mark it status='not measured'")
-    nonpos = ok[ok["seconds"] <= 0]
-    if len(nonpos):
-        r = nonpos.iloc[0]
-        raise ValueError(f"seconds={float(r['seconds'])!r} <= 0 for probe={r['probe']!r} "
-                         f"size_bytes={float(r['size_bytes'])!r}: a timing must be positive")
-    env = {c: raw[c].iloc[0] for c in ENV_COLUMNS if c in raw.columns and len(raw)}
-    rows = []
-    for probe in [p for p in PROBES if p in set(raw["probe"])]:
-        src, dst, unit = PROBE_LINKS[probe]
-        base = {"probe": probe, "src": src, "dst": dst, "link": link_name(probe), "x_unit": unit,
-                "method": FIT_METHOD}
-        nan = float("nan")
-        empty = {c: nan for c in FIT_COLUMNS[6:20]}
-        sel = ok[ok["probe"] == probe]
-        if sel.empty:
-            notes = raw.loc[(raw["probe"] == probe) & (raw["status"] != "ok"), "note"]
-            rows.append({**base, **empty, "status": "not measured", "n_points": 0, "n_sizes": 0,
-                         "min_size_bytes": nan, "max_size_bytes": nan,
-                         "note": str(notes.iloc[0]) if len(notes) else "no measured rows"})
-            continue
-        x = (sel["flops"] if unit == "flop" else sel["size_bytes"]).to_numpy(float)
-        y = sel["seconds"].to_numpy(float)
-        n_sizes = int(np.unique(x).size)
-        info = {"n_points": int(len(x)), "n_sizes": n_sizes,
-                "min_size_bytes": float(sel["size_bytes"].min()),
-                "max_size_bytes": float(sel["size_bytes"].max())}
-        if n_sizes < 3:
-            rows.append({**base, **empty, **info, "status": "not fitted",
-                         "note": f"{n_sizes} distinct size(s); the fit needs >= 3"})
-            continue
-        f = _fit_one(x, y)
-        if not f["ok"]:
-            rows.append({**base, **empty, **info, "status": "not fitted", "note": f["note"]})
-            continue
-        out = {**base, **empty, **info, "status": "ok", "note": ""}
-        for k in ("alpha_s", "alpha_stderr_s", "alpha_ci_low_s", "alpha_ci_high_s", "r2", "r2_log"):
-            out[k] = f[k]
-        if unit == "flop":
-            out.update(flop_rate=f["rate"], flop_rate_stderr=f["rate_stderr"],
-                       flop_rate_ci_low=f["rate_ci_low"], flop_rate_ci_high=f["rate_ci_high"])
-        else:
-            out.update(beta_Bps=f["rate"], beta_stderr_Bps=f["rate_stderr"],
-                       beta_ci_low_Bps=f["rate_ci_low"], beta_ci_high_Bps=f["rate_ci_high"])
-        rows.append(out)
-    fits = pd.DataFrame(rows, columns=list(FIT_COLUMNS))
-    for c, v in env.items():
-        fits[c] = v
-    return fits
-
-
-def medians(raw: pd.DataFrame) -> pd.DataFrame:
-    """Per probe and size: median seconds over the measured repeats, and the rate at the median."""
-    ok = raw[(raw["phase"] == "measure") & (raw["status"] == "ok")]
-    g = ok.groupby(["probe", "size_bytes"], sort=False)
-    out = g.agg(seconds_median=("seconds", "median"), repeats=("seconds", "size"),
-                flops=("flops", "first")).reset_index()
-    out["bandwidth_Bps"] = out["size_bytes"] / out["seconds_median"]
-    out["flop_rate"] = out["flops"] / out["seconds_median"]
-    return out
-
-
-# ---- writing ------------------------------------------------------------------------------------
-
-
-def write(out_dir: str | os.PathLike, raw: pd.DataFrame, fits: pd.DataFrame,
-          cfg: ProbeConfig | None = None, extra: dict[str, pd.DataFrame] | None = None) -> Path:
-    """Writes rows.csv, fits.csv, config.json and each ``extra`` table (``name`` → ``name.csv``,
-    e.g. ``pinned_vs_pageable``) into ``out_dir``, all or nothing.
-
-    The files are written into a hidden sibling folder which is then renamed to ``out_dir``, so a
-    reader never sees a half-written run. ``out_dir`` must not exist yet (or be empty).
-    """
-    out = Path(out_dir)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise FileExistsError(f"out_dir={str(out)!r} already exists and is not empty; "
-                              "choose another --out (results are never overwritten)")
-    if cfg is None:
-        names = [f.name for f in dataclasses.fields(ProbeConfig)]
-        present = [n for n in names if n in raw.columns]
-        if len(present) != len(names) or raw.empty:
-            raise ValueError("cfg not given and the rows do not carry every ProbeConfig field; "
-                             "pass cfg=")
-        config = {n: raw[n].iloc[0] for n in names}
-        config = {k: (v.item() if hasattr(v, "item") else v) for k, v in config.items()}
-    else:
-        config = to_flat_dict(cfg)
-    env = {c: raw[c].iloc[0] for c in ENV_COLUMNS if c in raw.columns and len(raw)}
-    env = {k: (v.item() if hasattr(v, "item") else v) for k, v in env.items()}
-    extra = dict(extra or {})
-    bad = [k for k in extra if not k.isidentifier() or k in ("rows", "fits", "config")]
-    if bad:
-        raise ValueError(f"extra table name(s) {bad}: use identifiers other than rows, fits and config")
-    payload = {"experiment": "probe", "config": config, "environment": env,
-               "fit_method": FIT_METHOD, "files": ["rows.csv", "fits.csv", *(f"{k}.csv" for k in extra)]}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
-    try:
-        raw.to_csv(staging / "rows.csv", index=False)
-        fits.to_csv(staging / "fits.csv", index=False)
-        for name, table in extra.items():
-            table.to_csv(staging / f"{name}.csv", index=False)
-        (staging / "config.json").write_text(json.dumps(payload, indent=2, default=str) + "\n")
-        if out.exists():
-            out.rmdir()  # empty, checked above
-        os.rename(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return out
-
-
-# ---- command line -------------------------------------------------------------------------------
-
-
-def format_fits(fits: pd.DataFrame) -> str:
-    lines = [f"{'probe':<15} {'link':<24} {'alpha_s':>10} {'beta_Bps':>10} {'flop/s':>10} "
-             f"{'r2':>7} {'r2_log':>7} {'n':>4}  status"]
-    for _, r in fits.iterrows():
-        def g(v):
-            return f"{v:10.3g}" if isinstance(v, (int, float)) and not math.isnan(v) else f"{'-':>10}"
-        r2 = f"{r['r2']:7.4f}" if not math.isnan(r["r2"]) else f"{'-':>7}"
-        r2l = f"{r['r2_log']:7.4f}" if not math.isnan(r["r2_log"]) else f"{'-':>7}"
-        lines.append(f"{r['probe']:<15} {r['link']:<24} {g(r['alpha_s'])} {g(r['beta_Bps'])} "
-                     f"{g(r['flop_rate'])} {r2} {r2l} {int(r['n_points']):>4}  {r['status']}")
-    return "\n".join(lines)
+def write_config(out_dir: Path, cfg: ProbeConfig, preset: str) -> Path:
+    """``out_dir/config.json``: the probe config and the environment, written before measuring."""
+    path = Path(out_dir) / "config.json"
+    results.write_json_atomic(path, {"experiment": "probe", "preset": preset, "config": to_flat_dict(cfg),
+                                     "environment": environment(),
+                                     "files": ["rows.csv", "pinned_vs_pageable.csv"]}, sort_keys=False)
+    return path
 
 
 def format_pinned(df: pd.DataFrame) -> str:
@@ -812,62 +630,45 @@ def format_pinned(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m experiments.probes", description=__doc__.split("\n\n")[0],
-        epilog="config keys (--key=value): " + ", ".join(
-            f"{n} ({t}, default {d!r})" for n, t, d in describe_fields(ProbeConfig())))
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="quick")
-    parser.add_argument("--out", default=None, help="output folder (default results/probe/<run_id>)")
-    args, rest = parser.parse_known_args(argv)
-    try:
-        cfg = apply_overrides(PRESETS[args.preset](), parse_overrides(rest))
-    except ConfigError as e:
-        parser.error(str(e))
-    return experiment_main(cfg, args.preset, out=args.out)
 
+def main(cfg: ProbeConfig, preset: str, run_id: str | None = None, results_root: str | None = None) -> int:
+    """``python -m experiments probe``: measures, appends the rows, prints what it wrote.
 
-def experiment_main(cfg: ProbeConfig, preset: str, run_id: str | None = None,
-                    results_root: str | None = None, out: str | None = None) -> int:
-    """Runs, fits, writes and prints; the signature ``python -m experiments`` runners take.
-
-    The folder is ``out`` if given, else ``<results_root or results>/probe/<run_id or new id>``.
+    The folder is ``<results_root or results>/probe/<run_id or a new id>``; rows go to its
+    ``rows.csv`` as each probe finishes, and ``pinned_vs_pageable.csv`` (host-to-device copies from
+    pinned and pageable memory at the sizes of the ``h2d_pageable`` sweep) follows. The links are
+    fitted by ``python -m analysis links <folder>``. A probe run is not resumed: an existing
+    ``run_id`` with rows is refused before measuring.
     """
-    from experiments import results
-
-    if out is None:
-        root = Path(results_root) if results_root else results.RESULTS_ROOT
-        out = root / "probe" / (run_id or results.new_run_id())
-    out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):  # fail before measuring
-        raise FileExistsError(f"{out} already exists and is not empty; choose another --out/--run_id")
+    out = results.run_dir("probe", run_id, results_root, resume=run_id is not None)
+    if (out / "rows.csv").exists():
+        raise results.ResultsError(f"{out} already has probe rows; a probe run is not resumed: "
+                                   "choose another --run_id (or none for a new one)")
+    write_config(out, cfg, preset)
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
     t0 = time.perf_counter()
-    raw = run(cfg, log=log)
-    fits = fit_links(raw)
-    extra = {}
+    raw = run(cfg, log=log, out_dir=out)
     h2d = raw[(raw["probe"] == "h2d_pageable") & (raw["status"] == "ok")]
+    pinned = None
     if len(h2d):  # the same sizes as the pageable sweep, pinned and pageable interleaved
-        extra["pinned_vs_pageable"] = pinned_vs_pageable(sorted(h2d["size_bytes"].unique()),
-                                                         repeats=cfg.repeats, warmup=cfg.warmup)
-    path = write(out, raw, fits, cfg, extra)
+        pinned = pinned_vs_pageable(sorted(h2d["size_bytes"].unique()), repeats=cfg.repeats,
+                                    warmup=cfg.warmup)
+        writer = results.RowWriter(out, "pinned_vs_pageable")
+        for row in pinned.to_dict("records"):
+            writer.append(row)
     wall = time.perf_counter() - t0
-    print(format_fits(fits))
-    if "pinned_vs_pageable" in extra:
-        print("\n" + format_pinned(extra["pinned_vs_pageable"]))
-    print(f"\n{len(raw)} rows, {int((fits['status'] == 'ok').sum())} links fitted; "
-          f"wrote {path}; wall time {wall:.1f} s (preset {preset})")
+    measured = raw[(raw["phase"] == "measure") & (raw["status"] == "ok")]
+    for probe in [p for p in PROBES if p in set(raw["probe"])]:
+        mine = raw[raw["probe"] == probe]
+        ok = measured[measured["probe"] == probe]
+        status = (f"{len(ok)} measurements at {ok['size_bytes'].nunique()} sizes" if len(ok)
+                  else f"not measured ({mine['note'].iloc[0]})")
+        print(f"{probe:<15} {link_name(probe):<24} {status}")
+    if pinned is not None:
+        print("\n" + format_pinned(pinned))
+    print(f"\n{len(raw)} rows in {out / 'rows.csv'}; wall time {wall:.1f} s (preset {preset})\n"
+          f"fit the links: python -m analysis links {out}")
     return 0
-
-
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
-if __name__ == "__main__":
-    # SIGTERM (e.g. a timeout) unwinds like Ctrl-C, so the temp folder is removed.
-    signal.signal(signal.SIGTERM, _raise_interrupt)
-    sys.exit(main())

@@ -103,7 +103,7 @@ def _probe_presets():
 
 def _probe_main(cfg, preset, run_id=None, results_root=None):
     from experiments import probes
-    return probes.experiment_main(cfg, preset, run_id=run_id, results_root=results_root)
+    return probes.main(cfg, preset, run_id=run_id, results_root=results_root)
 
 
 def _scaling_presets():
@@ -138,7 +138,8 @@ EXPERIMENTS: dict[str, Experiment] = {
                         _Lazy(_train_presets), "quick", _train_main),
     "sweep": Experiment("a grid of training runs, resumable, one row per configuration",
                         _Lazy(_sweep_presets), "quick", _sweep_main, _SWEEP_OPTIONS, _SWEEP_HELP),
-    "probe": Experiment("measure this machine's tiers and links (reads, copies, transfers, matmul) and fit α, β",
+    "probe": Experiment("measure this machine's tiers and links (reads, copies, transfers, matmul); "
+                        "raw rows, fitted by 'python -m analysis links DIR'",
                         _Lazy(_probe_presets), "quick", _probe_main),
     "scaling": Experiment("train the Transformer family on stdlib text for several token budgets: a loss table",
                           _Lazy(_scaling_presets), "quick", _scaling_main),

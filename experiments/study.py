@@ -84,15 +84,24 @@ def write_report(ctx: StudyContext) -> Path:
 
 
 def run_probes(cfg: StudyConfig, out: Path):
-    """The hierarchy probes of the study, written to ``out/probe``; (raw, fits) or (None, None)."""
+    """The hierarchy probes of the study: raw rows appended to ``out/probe/rows.csv`` (no fitting;
+    the report's Hierarchy section fits them). Returns the rows, or None with ``probe_preset='none'``.
+
+    A resumed study that already has probe rows keeps them and does not measure again (delete
+    ``out/probe`` to re-measure).
+    """
     if cfg.probe_preset == "none":
-        return None, None
+        return None
     from experiments import probes
+    d = out / "probe"
+    if (d / "rows.csv").exists():
+        print(f"probes: rows already in {d / 'rows.csv'}, kept", flush=True)
+        return results.read_csv_rows(d / "rows.csv")
     print(f"probes (preset {cfg.probe_preset}) …", flush=True)
-    raw = probes.run(probes.PRESETS[cfg.probe_preset]())
-    fits = probes.fit_links(raw)
-    probes.write(out / "probe", raw, fits)
-    return raw, fits
+    probe_cfg = probes.PRESETS[cfg.probe_preset]()
+    d.mkdir(parents=True, exist_ok=True)
+    probes.write_config(d, probe_cfg, cfg.probe_preset)
+    return probes.run(probe_cfg, out_dir=d)
 
 
 def run_scaling(cfg: StudyConfig, out: Path):
@@ -143,8 +152,7 @@ def main(cfg: StudyConfig, preset: str, run_id: str | None = None, results_root:
             sweep_s = time.perf_counter() - t0
             stage_s = {"sweep": sweep_s}
             t = time.perf_counter()
-            probes = _stage(errors, "probes", run_probes, cfg, out)
-            probe_raw, probe_fits = probes if probes is not None else (None, None)
+            probe_raw = _stage(errors, "probes", run_probes, cfg, out)
             stage_s["probes"], t = time.perf_counter() - t, time.perf_counter()
             scaling_rows = _stage(errors, "scaling", run_scaling, cfg, out)
             stage_s["scaling"] = time.perf_counter() - t
@@ -159,7 +167,7 @@ def main(cfg: StudyConfig, preset: str, run_id: str | None = None, results_root:
     memory = run_memory(summary, out)
     stage_s["memory"], t = time.perf_counter() - t, time.perf_counter()
     ctx = StudyContext(cfg, preset, out, summary, env_lib.environment(), runs=runs, wall_s=sweep_s,
-                       probe_raw=probe_raw, probe_fits=probe_fits, scaling_rows=scaling_rows,
+                       probe_raw=probe_raw, scaling_rows=scaling_rows,
                        memory=memory, errors=errors)
     path = write_report(ctx)
     stage_s["report"] = time.perf_counter() - t
