@@ -12,12 +12,13 @@ import argparse
 import sys
 from typing import Callable
 
-from analysis import scaling_cli
+from analysis import links, scaling_cli
 
 Subcommand = tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
 
 SUBCOMMANDS: dict[str, Subcommand] = {
     "scaling": (scaling_cli.HELP, scaling_cli.add_args, scaling_cli.run),
+    "links": (links.HELP, links.add_args, links.run),
 }
 
 
