@@ -1,21 +1,45 @@
+import dataclasses
 import doctest
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 from matplotlib.figure import Figure
 
-import analysis.hierarchy_plots as plots
-import analysis.hierarchy_section as section
-from analysis.hierarchy_plots import comparison_hierarchies, draw_pyramid, pyramid_figure, save_pyramid
-from analysis.hierarchy_section import fits_table, hierarchy_section, markdown_table, probe_table
-from memsim.hierarchy import Hierarchy, h100_sxm, h200, workstation_2020
+import analysis.hierarchy as hierarchy
+import analysis.links as links
+from analysis.hierarchy import (comparison_hierarchies, draw_pyramid, fits_table, probe_table, pyramid_figure,
+                                save_pyramid, section, section_from_tables)
+from memsim.hierarchy import Hierarchy, format_rate, h100_sxm, h200, workstation_2020
+
+REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("module", [plots, section])
+# Until make test runs --doctest-modules: the examples of the two modules this file covers.
+@pytest.mark.parametrize("module", [hierarchy, links])
 def test_doctests_pass(module):
     res = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert res.attempted >= 3 and res.failed == 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Study:
+    """The attributes of analysis.report.StudyResults that the Hierarchy section reads."""
+    path: Path
+    probe_raw: pd.DataFrame | None = None
+    errors: dict = dataclasses.field(default_factory=dict)
+
+
+def md_rows(md: str, first_cell: str) -> list[list[str]]:
+    """The cells of every Markdown table row of ``md`` whose first cell is ``first_cell``."""
+    out = []
+    for line in md.splitlines():
+        if line.startswith("|"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if cells[0] == first_cell:
+                out.append(cells)
+    return out
 
 
 def test_every_physical_tier_is_one_bar_at_its_bandwidth():
@@ -37,12 +61,31 @@ def test_every_physical_tier_is_one_bar_at_its_bandwidth():
 
 
 def test_figure_has_a_panel_per_hierarchy_plus_the_comparison(tmp_path):
-    fig = pyramid_figure([workstation_2020(), h100_sxm(), h200()])
+    hs = [workstation_2020(), h100_sxm(), h200()]
+    fig = pyramid_figure(hs)
     assert len(fig.axes) == 4
     assert [ax.get_title() for ax in fig.axes[:3]] == ["workstation_2020", "h100_sxm", "h200"]
-    assert len(fig.axes[3].get_lines()) == 3
-    p = save_pyramid([workstation_2020()], tmp_path / "sub" / "p.png")
-    assert p.exists() and p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 10_000
+    for ax, h in zip(fig.axes[:3], hs):
+        # one bar per physical tier, each labelled with its name, on log bandwidth axes shared by the panels
+        assert len(ax.collections) == len(h.physical_tiers())
+        labels = [t.get_text() for t in ax.texts]
+        assert sorted(lab.split(":")[0] for lab in labels) == sorted(t.name for t in h.physical_tiers())
+        assert ax.get_yscale() == "log" and ax.get_xlabel() == "capacity (bar half-width, log)"
+        assert ax.get_ylim() == fig.axes[0].get_ylim()
+    assert fig.axes[0].get_ylabel() == "bandwidth (bytes/s, log)"
+    cmp = fig.axes[3]
+    assert cmp.get_title() == "all, capacity vs bandwidth"
+    assert cmp.get_xscale() == "log" and cmp.get_yscale() == "log"
+    assert [line.get_label() for line in cmp.get_lines()] == ["workstation_2020", "h100_sxm", "h200"]
+    assert [t.get_text() for t in cmp.get_legend().get_texts()] == ["workstation_2020", "h100_sxm", "h200"]
+    for line, h in zip(cmp.get_lines(), hs):  # each series: the tiers' (capacity, bandwidth) points
+        want = sorted((t.capacity_bytes, t.bandwidth_Bps) for t in h.physical_tiers())
+        np.testing.assert_allclose(np.c_[line.get_xdata(), line.get_ydata()], want)
+    # save_pyramid writes the figure of pyramid_figure at its size × dpi
+    import matplotlib.image
+    p = save_pyramid([workstation_2020()], tmp_path / "sub" / "p.png", dpi=50)
+    w, h = pyramid_figure([workstation_2020()]).get_size_inches() * 50
+    assert matplotlib.image.imread(p).shape[:2] == (round(h), round(w))
 
 
 def test_plot_bad_inputs():
@@ -95,23 +138,54 @@ def fake_probe_run():
 
 def test_section_with_measurements_has_tables_figure_and_placement(tmp_path):
     raw, fits = fake_probe_run()
-    md = hierarchy_section(raw, fits, tmp_path)
+    md = section_from_tables(raw, fits, tmp_path)
     assert md.startswith("## Hierarchy\n")
     for heading in ("### Probes", "### Fitted links", "### Memory pyramid", "### Where should the data live?"):
         assert heading in md
     assert "![memory pyramid: this machine, workstation_2020, h100_sxm](hierarchy_pyramid.png)" in md
     assert (tmp_path / "hierarchy_pyramid.png").stat().st_size > 10_000
-    assert "| h2d_pinned | pinned_host->device | – | – | – | not measured |" in md
-    assert "| ram_copy | ram->ram | ok | 1 µs | 15 GB/s |" in md
+    # the probe table's row for the probe that was not measured, and the fitted row of ram_copy
+    assert md_rows(md, "h2d_pinned")[0][:6] == ["h2d_pinned", "pinned_host->device", "–", "–", "–", "not measured"]
+    ram = md_rows(md, "ram_copy")
+    assert ram[1][:5] == ["ram_copy", "ram->ram", "ok", "1 µs", "15 GB/s"] and ram[1][6:8] == ["0.990", "0.980"]
     assert "100 GFLOP/s" in md
     # placement for this machine: 1.5 × its 16 GB of RAM on its disk
     assert "dataset = 1.5 × RAM (24 GB) on disk, shuffled each epoch" in md
     assert "closed form, LRU" in md
 
 
+def test_section_of_a_study_fits_the_raw_rows_itself(tmp_path):
+    raw, _ = fake_probe_run()
+    md = section(Study(tmp_path, raw))
+    fits = links.fit_links(raw).set_index("probe")
+    row = md_rows(md, "file_read_cold")[1]  # [0] is the probe table's, [1] the fitted link's
+    assert row[2] == "ok" and row[4] == format_rate(fits.loc["file_read_cold", "beta_Bps"])
+    assert fits.loc["file_read_cold", "beta_Bps"] == pytest.approx(2e9, rel=0.05)
+    assert f"Method: {links.FIT_METHOD}." in md
+    assert "Hierarchy of this machine from the fits" in md
+    assert (tmp_path / "hierarchy_pyramid.png").exists()
+
+
+def test_section_of_a_study_without_probes_and_with_failed_probes(tmp_path):
+    md = section(Study(tmp_path, None))
+    assert "python -m experiments probe --preset quick" in md and "### Fitted links" not in md
+    with pytest.raises(RuntimeError, match="the probes failed: OSError: disk full"):
+        section(Study(tmp_path, None, {"probes": "OSError: disk full"}))
+
+
+def test_section_reads_the_committed_probe_rows(tmp_path):
+    from experiments.results import read_csv_rows
+    raw = read_csv_rows(REPO / "results" / "cpu-2core" / "study" / "probe" / "rows.csv")
+    md = section(Study(tmp_path, raw))
+    committed = pd.read_csv(REPO / "results" / "cpu-2core" / "study" / "probe" / "fits.csv").set_index("probe")
+    row = md_rows(md, "ram_copy")[1]
+    assert row[4] == format_rate(committed.loc["ram_copy", "beta_Bps"])
+    assert md_rows(md, "h2d_pinned")[1][2] == "not measured"
+
+
 def test_section_without_probes_still_draws_presets_and_says_what_to_run(tmp_path):
-    md = hierarchy_section(None, None, tmp_path)
-    assert "python -m experiments.probes --preset quick" in md
+    md = section_from_tables(None, None, tmp_path)
+    assert "python -m experiments probe --preset quick" in md
     assert "### Probes" not in md and "### Fitted links" not in md
     assert "![memory pyramid: workstation_2020, h100_sxm](hierarchy_pyramid.png)" in md
     assert (tmp_path / "hierarchy_pyramid.png").exists()
@@ -121,14 +195,14 @@ def test_section_without_probes_still_draws_presets_and_says_what_to_run(tmp_pat
 def test_section_rejects_tables_missing_columns(tmp_path):
     raw, fits = fake_probe_run()
     with pytest.raises(ValueError, match=r"probe_fits lacks column\(s\) \['beta_Bps'\]"):
-        hierarchy_section(raw, fits.drop(columns=["beta_Bps"]), tmp_path)
+        section_from_tables(raw, fits.drop(columns=["beta_Bps"]), tmp_path)
     with pytest.raises(ValueError, match=r"probe_raw lacks column\(s\) \['seconds'\]"):
-        hierarchy_section(raw.drop(columns=["seconds"]), fits, tmp_path)
+        section_from_tables(raw.drop(columns=["seconds"]), fits, tmp_path)
     with pytest.raises(TypeError, match="probe_raw is a dict"):
-        hierarchy_section({}, fits, tmp_path)
+        section_from_tables({}, fits, tmp_path)
 
 
-def test_tables_format_rates_and_escape_pipes():
+def test_tables_format_rates():
     raw, fits = fake_probe_run()
     pt = probe_table(raw).set_index("probe")
     assert pt.loc["h2d_pinned", "status"] == "not measured"
@@ -136,7 +210,6 @@ def test_tables_format_rates_and_escape_pipes():
     ft = fits_table(fits).set_index("probe")
     assert ft.loc["matmul_fp32", "bandwidth B"] == "100 GFLOP/s"
     assert ft.loc["file_read_cold", "α (latency)"] == "100 µs"
-    assert "a\\|b" in markdown_table(pd.DataFrame({"x": ["a|b"]}))
 
 
 def test_measured_hierarchy_goes_beside_the_presets():
