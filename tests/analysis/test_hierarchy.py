@@ -121,7 +121,7 @@ def fake_probe_run():
     raw["ram_total_bytes"] = 16e9
     raw["disk_total_bytes"] = 500e9
     raw["device_memory_bytes"] = np.nan
-    # the fit table as experiments.probes.fit_links would give it (numbers from the spec above)
+    # the fit table as analysis.links.fit_links would give it (numbers from the spec above)
     fits = pd.DataFrame([{"probe": p, "link": link, "status": "ok", "alpha_s": a, "beta_Bps": b,
                           "flop_rate": np.nan, "r2": 0.99, "r2_log": 0.98, "n_points": 18,
                           "method": "synthetic"} for p, (link, a, b) in spec.items()]

@@ -1,3 +1,4 @@
+import dataclasses
 import errno
 import json
 import os
@@ -327,3 +328,20 @@ def test_cli_writes_rows_config_and_the_pinned_vs_pageable_table(tmp_path, capsy
         assert (table["status"] == "ok").all() and "pinned vs pageable" in printed
     else:
         assert (table["status"] == "not measured").all()
+
+
+def test_the_study_appends_raw_probe_rows_and_keeps_them_when_resumed(tmp_path, capsys):
+    from experiments import study
+    cfg = study.PRESETS["smoke"]()
+    assert cfg.probe_preset == "smoke"
+    raw = study.run_probes(cfg, tmp_path)
+    d = tmp_path / "probe"
+    assert sorted(p.name for p in d.iterdir()) == ["config.json", "rows.columns.json", "rows.csv"]
+    back = read_csv_rows(d / "rows.csv")
+    assert len(back) == len(raw) and set(back["probe"]) == set(probes.PROBES)
+    assert json.loads((d / "config.json").read_text())["config"]["max_bytes"] == probes.smoke().max_bytes
+    again = study.run_probes(cfg, tmp_path)  # a resumed study measures nothing new
+    assert "kept" in capsys.readouterr().out and len(again) == len(raw)
+    assert len(read_csv_rows(d / "rows.csv")) == len(raw)
+    assert study.run_probes(dataclasses.replace(cfg, probe_preset="none"), tmp_path / "other") is None
+    assert not (tmp_path / "other").exists()

@@ -27,5 +27,5 @@ def test_study_writes_report_with_table_and_figures(tmp_path, data_cache):
     assert "### Device-resident bound check" in report
     for png in ("samples_vs_num_workers.png", "samples_vs_prefetch.png", "hierarchy_pyramid.png", "memory_footprint.png"):
         assert (d / png).stat().st_size > 5000 and f"]({png})" in report
-    assert (d / "config.json").exists() and (d / "probe" / "fits.csv").exists() and (d / "memory.csv").exists()
+    assert (d / "config.json").exists() and (d / "probe" / "rows.csv").exists() and (d / "memory.csv").exists()
     assert len(load(d / "scaling")) == 4 and "No fit" in report  # smoke: 4 points for 5 parameters
