@@ -23,6 +23,7 @@ import math
 import mmap
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -607,12 +608,12 @@ ENV_COLUMNS = ("platform", "device_kind", "device_count", "cpu_count", "jax_vers
                "max_bytes_effective", "started_at")
 
 
-def write_config(out_dir: Path, cfg: ProbeConfig, preset: str) -> Path:
-    """``out_dir/config.json``: the probe config and the environment, written before measuring."""
+def write_config(out_dir: Path, cfg: ProbeConfig, preset: str, files: tuple[str, ...] = ("rows.csv",)) -> Path:
+    """``out_dir/config.json``: the probe config, the environment and the tables the run writes;
+    written before measuring."""
     path = Path(out_dir) / "config.json"
     results.write_json_atomic(path, {"experiment": "probe", "preset": preset, "config": to_flat_dict(cfg),
-                                     "environment": environment(),
-                                     "files": ["rows.csv", "pinned_vs_pageable.csv"]}, sort_keys=False)
+                                     "environment": environment(), "files": list(files)}, sort_keys=False)
     return path
 
 
@@ -630,7 +631,6 @@ def format_pinned(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-
 def main(cfg: ProbeConfig, preset: str, run_id: str | None = None, results_root: str | None = None) -> int:
     """``python -m experiments probe``: measures, appends the rows, prints what it wrote.
 
@@ -638,27 +638,38 @@ def main(cfg: ProbeConfig, preset: str, run_id: str | None = None, results_root:
     ``rows.csv`` as each probe finishes, and ``pinned_vs_pageable.csv`` (host-to-device copies from
     pinned and pageable memory at the sizes of the ``h2d_pageable`` sweep) follows. The links are
     fitted by ``python -m analysis links <folder>``. A probe run is not resumed: an existing
-    ``run_id`` with rows is refused before measuring.
+    ``run_id`` with rows is refused before measuring. Ctrl-C or SIGTERM keeps the rows of the
+    probes that finished, removes the probe's temporary file and exits 128 + the signal.
     """
+    from experiments import sweep
+
     out = results.run_dir("probe", run_id, results_root, resume=run_id is not None)
     if (out / "rows.csv").exists():
         raise results.ResultsError(f"{out} already has probe rows; a probe run is not resumed: "
                                    "choose another --run_id (or none for a new one)")
-    write_config(out, cfg, preset)
+    write_config(out, cfg, preset, ("rows.csv", "pinned_vs_pageable.csv"))
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
     t0 = time.perf_counter()
-    raw = run(cfg, log=log, out_dir=out)
-    h2d = raw[(raw["probe"] == "h2d_pageable") & (raw["status"] == "ok")]
     pinned = None
-    if len(h2d):  # the same sizes as the pageable sweep, pinned and pageable interleaved
-        pinned = pinned_vs_pageable(sorted(h2d["size_bytes"].unique()), repeats=cfg.repeats,
-                                    warmup=cfg.warmup)
-        writer = results.RowWriter(out, "pinned_vs_pageable")
-        for row in pinned.to_dict("records"):
-            writer.append(row)
+    with sweep.interruptible() as sig:
+        try:
+            raw = run(cfg, log=log, out_dir=out)
+            h2d = raw[(raw["probe"] == "h2d_pageable") & (raw["status"] == "ok")]
+            if len(h2d):  # the same sizes as the pageable sweep, pinned and pageable interleaved
+                pinned = pinned_vs_pageable(sorted(h2d["size_bytes"].unique()), repeats=cfg.repeats,
+                                            warmup=cfg.warmup)
+                writer = results.RowWriter(out, "pinned_vs_pageable")
+                for row in pinned.to_dict("records"):
+                    writer.append(row)
+        except KeyboardInterrupt:
+            sig.caught = sig.caught or signal.SIGINT
+    if sig.caught:
+        print(f"\ninterrupted ({signal.Signals(sig.caught).name}): the rows of the finished probes are "
+              f"kept in {out / 'rows.csv'}", file=sys.stderr)
+        return sig.exit_code
     wall = time.perf_counter() - t0
     measured = raw[(raw["phase"] == "measure") & (raw["status"] == "ok")]
     for probe in [p for p in PROBES if p in set(raw["probe"])]:

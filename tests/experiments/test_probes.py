@@ -308,6 +308,23 @@ def test_cli_refuses_a_run_id_that_has_rows_before_measuring(tmp_path, capsys):
     assert os.listdir(d) == ["rows.csv"] and (d / "rows.csv").read_text() == "probe\n"
 
 
+def test_cli_interrupted_keeps_the_finished_probes_and_exits_130(tmp_path, monkeypatch, capsys):
+    real_run = probes.run
+
+    def run_until_ram_is_done(cfg, log=None, out_dir=None):
+        def stop(msg):
+            if msg.startswith("ram probes done"):
+                raise KeyboardInterrupt
+        return real_run(cfg, log=stop, out_dir=out_dir)
+
+    monkeypatch.setattr(probes, "run", run_until_ram_is_done)
+    assert _cli(tmp_path, "--probes=ram_copy,d2h", f"--tmp_dir={tmp_path}", "--run_id=i") == 130
+    out = tmp_path / "results" / "probe" / "i"
+    assert set(read_csv_rows(out / "rows.csv")["probe"]) == {"ram_copy"}
+    assert not (out / "pinned_vs_pageable.csv").exists() and "interrupted (SIGINT)" in capsys.readouterr().err
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("memsim-probe-")]
+
+
 @pytest.mark.latest
 def test_cli_writes_rows_config_and_the_pinned_vs_pageable_table(tmp_path, capsys):
     import jax
@@ -318,6 +335,7 @@ def test_cli_writes_rows_config_and_the_pinned_vs_pageable_table(tmp_path, capsy
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["experiment"] == "probe" and cfg["preset"] == "smoke"
     assert cfg["config"]["probes"] == "h2d_pageable,h2d_pinned" and cfg["config"]["repeats"] == probes.smoke().repeats
+    assert cfg["files"] == ["rows.csv", "pinned_vs_pageable.csv"]
     table = read_csv_rows(out / "pinned_vs_pageable.csv")
     raw = read_csv_rows(out / "rows.csv")
     measured = raw[(raw.probe == "h2d_pageable") & (raw.status == "ok")]
@@ -339,7 +357,8 @@ def test_the_study_appends_raw_probe_rows_and_keeps_them_when_resumed(tmp_path, 
     assert sorted(p.name for p in d.iterdir()) == ["config.json", "rows.columns.json", "rows.csv"]
     back = read_csv_rows(d / "rows.csv")
     assert len(back) == len(raw) and set(back["probe"]) == set(probes.PROBES)
-    assert json.loads((d / "config.json").read_text())["config"]["max_bytes"] == probes.smoke().max_bytes
+    saved = json.loads((d / "config.json").read_text())
+    assert saved["config"]["max_bytes"] == probes.smoke().max_bytes and saved["files"] == ["rows.csv"]
     again = study.run_probes(cfg, tmp_path)  # a resumed study measures nothing new
     assert "kept" in capsys.readouterr().out and len(again) == len(raw)
     assert len(read_csv_rows(d / "rows.csv")) == len(raw)
