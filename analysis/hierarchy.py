@@ -30,8 +30,9 @@ from memsim.hierarchy import (Hierarchy, HierarchyError, format_bytes, format_ra
 from memsim.placement import PlacementError, plan_placement
 
 PYRAMID_FILE = "hierarchy_pyramid.png"
-RAW_COLUMNS = ("probe", "link", "phase", "status", "size_bytes", "seconds", "note")
-FIT_COLUMNS = ("probe", "link", "status", "alpha_s", "beta_Bps", "r2", "n_points")
+# The columns the section reads from the raw rows and from the fits (analysis.links.FIT_COLUMNS has all).
+NEEDED_RAW_COLUMNS = ("probe", "link", "phase", "status", "size_bytes", "seconds", "note")
+NEEDED_FIT_COLUMNS = ("probe", "link", "status", "alpha_s", "beta_Bps", "r2", "n_points")
 
 
 # ---- the pyramid figure -------------------------------------------------------------------------
@@ -208,7 +209,7 @@ def probe_table(raw: pd.DataFrame) -> pd.DataFrame:
         >>> probe_table(raw).iloc[0].to_dict()["median rate, smallest"]
         '2.05 GB/s'
     """
-    _check(raw, "probe_raw", RAW_COLUMNS)
+    _check(raw, "probe_raw", NEEDED_RAW_COLUMNS)
     rows = []
     for probe, g in raw.groupby("probe", sort=False):
         ok = g[(g["phase"] == "measure") & (g["status"] == "ok")]
@@ -250,7 +251,7 @@ def fits_table(fits: pd.DataFrame) -> pd.DataFrame:
         >>> fits_table(fits).iloc[0]["bandwidth B"]
         '15 GB/s'
     """
-    _check(fits, "probe_fits", FIT_COLUMNS)
+    _check(fits, "probe_fits", NEEDED_FIT_COLUMNS)
     out = []
     for _, r in fits.iterrows():
         flop = "flop_rate" in fits.columns and not pd.isna(r.get("flop_rate"))
@@ -311,8 +312,8 @@ def section_from_tables(probe_raw: pd.DataFrame | None, probe_fits: pd.DataFrame
         >>> md.splitlines()[0], "hierarchy_pyramid.png" in md
         ('## Hierarchy', True)
     """
-    _check(probe_raw, "probe_raw", RAW_COLUMNS)
-    _check(probe_fits, "probe_fits", FIT_COLUMNS)
+    _check(probe_raw, "probe_raw", NEEDED_RAW_COLUMNS)
+    _check(probe_fits, "probe_fits", NEEDED_FIT_COLUMNS)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     md = ["## Hierarchy", ""]
