@@ -179,9 +179,16 @@ def test_fit_links_gives_alpha_beta_r2_per_link(smoke_run):
     dev = jax.devices()[0]
     pinned_possible = dev.platform != "cpu" and "pinned_host" in compat.memory_kinds(dev)
     assert fits.loc[fits["probe"] == "h2d_pinned", "status"].iloc[0] == ("ok" if pinned_possible else "not measured")
-    # the measured machine as a memsim hierarchy
+    # the measured machine as a memsim hierarchy: a tier for each defining probe whose link fitted
+    # (on a loaded machine a smoke-sized sweep may leave one "not fitted"; then its tier is left out)
     h = Hierarchy.from_probes(fits)
-    assert {"disk", "page_cache", "ram", "device"} <= {t.name for t in h.tiers}
+    fitted = set(ok["probe"])
+    want = {tier for probe, tier in (("ram_copy", "ram"), ("file_read_cold", "disk"), ("device_copy", "device"))
+            if probe in fitted}
+    if "ram" in want:
+        want |= {tier for probe, tier in (("file_read_warm", "page_cache"), ("h2d_pinned", "pinned_host"))
+                 if probe in fitted}
+    assert {t.name for t in h.tiers} == want and "ram" in want
 
 
 @pytest.mark.parametrize("over,match", [
