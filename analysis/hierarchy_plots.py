@@ -17,7 +17,9 @@ from typing import Sequence
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from memsim.hierarchy import Hierarchy, format_bytes, format_rate, h100_sxm, workstation_2020
+from memsim.hierarchy import Hierarchy
+from memsim.machines import h100_sxm, workstation_2020
+from memsim.units import format_bytes, format_rate
 
 _WIDTH_ORIGIN = 1e3  # half-width 0 at 1 kB
 _BAR = 1.25          # a bar spans bandwidth / _BAR .. bandwidth * _BAR

@@ -12,7 +12,8 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.hierarchy_plots import comparison_hierarchies, save_pyramid
-from memsim.hierarchy import Hierarchy, HierarchyError, format_bytes, format_rate
+from memsim.hierarchy import Hierarchy, HierarchyError
+from memsim.units import format_bytes, format_rate
 from memsim.placement import PlacementError, plan_placement
 
 PYRAMID_FILE = "hierarchy_pyramid.png"
@@ -142,7 +143,7 @@ def placement_examples(h: Hierarchy, sample_bytes: float = 100e3) -> list[str]:
     """Readable placement lines for datasets of 0.5 × and 1.5 × RAM on this machine's disk.
 
     Example:
-        >>> from memsim.hierarchy import workstation_2020
+        >>> from memsim.machines import workstation_2020
         >>> lines = placement_examples(workstation_2020())
         >>> len(lines), "shuffled each epoch" in lines[0]
         (4, True)
@@ -235,7 +236,7 @@ def hierarchy_section(probe_raw: pd.DataFrame | None, probe_fits: pd.DataFrame |
     if measured is None or not measured.has_tier("ram"):
         md += ["Placement needs a measured hierarchy with a RAM tier; here is the same question "
                "for `workstation_2020`:", ""]
-        from memsim.hierarchy import workstation_2020
+        from memsim.machines import workstation_2020
         lines = placement_examples(workstation_2020())
     else:
         lines = placement_examples(measured)

@@ -9,7 +9,8 @@ import analysis.hierarchy_plots as plots
 import analysis.hierarchy_section as section
 from analysis.hierarchy_plots import comparison_hierarchies, draw_pyramid, pyramid_figure, save_pyramid
 from analysis.hierarchy_section import fits_table, hierarchy_section, markdown_table, probe_table
-from memsim.hierarchy import Hierarchy, h100_sxm, h200, workstation_2020
+from memsim.hierarchy import Hierarchy
+from memsim.machines import h100_sxm, h200, workstation_2020
 
 
 @pytest.mark.parametrize("module", [plots, section])

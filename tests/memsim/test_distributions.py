@@ -10,7 +10,8 @@ import jax
 import jax.numpy as jnp
 
 from memsim import distributions as D
-from memsim.distributions import ConfigError, Dist, batch_shape_params
+from memsim.distributions import Dist, batch_shape_params
+from memsim.knobs import ConfigError
 
 
 def draws(dist: Dist, n_per_item: int, lanes: int = 200_000, item: int = 3, dtype=jnp.float32):

@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 
 from memsim import maxplus
-from memsim.distributions import ConfigError, Dist
+from memsim.distributions import Dist
+from memsim.knobs import ConfigError
 from memsim.pipeline import (PipelineConfig, analytic_bounds, simulate_trace, simulate_traces, sweep)
 from memsim.pipeline_reference import TIME_NAMES, simulate_reference
 
