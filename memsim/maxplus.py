@@ -320,6 +320,12 @@ def pow2(n: int) -> int:
     return 1 << max(0, int(n - 1).bit_length())
 
 
+def compiled_variants() -> int:
+    """How many compiled versions of the simulation kernel this process holds (one per shape and
+    static option seen so far): sweeps of the same shape must not add one."""
+    return _run._cache_size()  # noqa: SLF001 — jax.jit's cache size; no public accessor
+
+
 def run_tiles(lanes: dict, tile: dict, tables: tuple, *, samplers: tuple, n_chunks: int,
               chunk: int, coupled: bool = False, trace: bool = False, seed_key: int = 0,
               dtype: str = "float32", block_lanes: int = 2048, devices=None):

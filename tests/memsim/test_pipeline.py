@@ -314,10 +314,10 @@ def test_more_workers_help_a_loader_bound_pipeline_until_compute_binds():
 def test_jitted_kernel_compiles_once_per_shape():
     grid = {"num_workers": [1, 2], "feed": ["double_buffer"]}
     sweep(grid, n_items=400)
-    n = maxplus._run._cache_size()
+    n = maxplus.compiled_variants()
     sweep(grid, n_items=400, seed=1)
     sweep({"num_workers": [2, 1], "feed": ["double_buffer"]}, n_items=400)
-    assert maxplus._run._cache_size() == n
+    assert maxplus.compiled_variants() == n
 
 
 # ---------------------------------------------------------------------- bad input
