@@ -13,8 +13,8 @@ import pandas as pd
 
 from analysis.hierarchy_plots import comparison_hierarchies, save_pyramid
 from memsim.hierarchy import Hierarchy, HierarchyError
-from memsim.units import format_bytes, format_rate
 from memsim.placement import PlacementError, plan_placement
+from memsim.units import format_bytes, format_rate
 
 PYRAMID_FILE = "hierarchy_pyramid.png"
 RAW_COLUMNS = ("probe", "link", "phase", "status", "size_bytes", "seconds", "note")

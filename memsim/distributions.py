@@ -49,7 +49,6 @@ import dataclasses
 import math
 from typing import Sequence
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import ndtri
