@@ -83,7 +83,7 @@ def test_closed_forms_equal_the_trace_where_they_are_exact():
 
 
 @pytest.mark.parametrize("n,c,window", [(200, 100, 0), (200, 150, 0), (200, 60, 0), (240, 220, 40)])
-def test_lru_shuffled_orders_match_the_hypergeometric_closed_form(n, c, window):
+def test_lru_shuffled_orders_match_the_closed_form(n, c, window):
     pattern = "windowed" if window else "random"
     epochs = 40
     order = access_order(n, pattern, epochs, window=window, seed=5)
