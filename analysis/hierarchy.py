@@ -25,8 +25,9 @@ from matplotlib.figure import Figure
 
 from analysis import links
 from analysis.tables import md_table
-from memsim.hierarchy import (Hierarchy, HierarchyError, format_bytes, format_rate, h100_sxm,
-                              workstation_2020)
+from memsim.hierarchy import Hierarchy, HierarchyError
+from memsim.machines import h100_sxm, workstation_2020
+from memsim.units import format_bytes, format_rate
 from memsim.placement import PlacementError, plan_placement
 
 PYRAMID_FILE = "hierarchy_pyramid.png"
@@ -276,7 +277,7 @@ def placement_examples(h: Hierarchy, sample_bytes: float = 100e3) -> list[str]:
     """Readable placement lines for datasets of 0.5 × and 1.5 × RAM on this machine's disk.
 
     Example:
-        >>> from memsim.hierarchy import workstation_2020
+        >>> from memsim.machines import workstation_2020
         >>> lines = placement_examples(workstation_2020())
         >>> len(lines), "shuffled each epoch" in lines[0]
         (4, True)
@@ -362,14 +363,14 @@ def section_from_tables(probe_raw: pd.DataFrame | None, probe_fits: pd.DataFrame
     md += ["### Memory pyramid", "",
            f"![memory pyramid: {names}]({PYRAMID_FILE})", "",
            "Bar width: capacity (log); height: bandwidth (log). Preset numbers come from spec "
-           "sheets and stated assumptions (see `memsim.hierarchy`); the measured machine's from "
+           "sheets and stated assumptions (see `memsim.machines`); the measured machine's from "
            "the fits above. On a CPU-only machine the \"device\" is host RAM seen through XLA.", ""]
 
     md += ["### Where should the data live?", ""]
     if measured is None or not measured.has_tier("ram"):
         md += ["Placement needs a measured hierarchy with a RAM tier; here is the same question "
                "for `workstation_2020`:", ""]
-        from memsim.hierarchy import workstation_2020
+        from memsim.machines import workstation_2020
         lines = placement_examples(workstation_2020())
     else:
         lines = placement_examples(measured)

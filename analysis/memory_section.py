@@ -15,7 +15,7 @@ import pandas as pd
 from analysis.memory_plots import footprint_bars
 from analysis.report import md_table, varying_knobs
 from memsim.footprint import COLUMNS, DEVICE_COMPONENTS, HOST_COMPONENTS, totals
-from memsim.hierarchy import format_bytes
+from memsim.units import format_bytes
 
 FIGURE_FILE = "memory_footprint.png"
 MAX_ROWS = 60

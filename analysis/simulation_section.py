@@ -20,9 +20,9 @@ import pandas as pd
 
 from analysis import sim_plots
 from memsim import cache as cache_lib
-from memsim.distributions import ConfigError
+from memsim.knobs import ConfigError
 from memsim.multihost import many_hosts
-from memsim.pipeline import FIELDS, PipelineConfig, _check_scalar, simulate_trace, sweep
+from memsim.pipeline import FIELDS, PipelineConfig, check_scalar, simulate_trace, sweep
 
 HEATMAP_FILE = "sim_throughput_heatmap.png"
 TIMELINE_FILE = "sim_timeline.png"
@@ -45,7 +45,7 @@ def _valid(knob: str, values) -> tuple[list, list]:
         if isinstance(v, float) and v.is_integer() and knob != "feed":
             v = int(v)
         try:
-            _check_scalar(knob, v)
+            check_scalar(knob, v)
             good.append(v)
         except ConfigError:
             bad.append(v)

@@ -20,12 +20,9 @@ c < n):
 * every policy but ``none`` with c ≥ n: 1;  ``none``: 0;
 * ``static``, any order: c / n (each record is read once per epoch; c of them stay);
 * ``lru`` or ``fifo``, ``sequential`` or ``fixed``: 0 (the classic LRU sequential-scan flood);
-* ``lru``, ``random``: a record last read with ``a`` records after it, now preceded by ``i``
-  records, has stack distance ``a + i − H``, ``H ~ Hypergeometric(n−1, a, i)`` (the overlap);
-  it hits iff that distance is below c. Averaged over uniform ``a``, ``i``:
-  ``(1/n²) Σ_a Σ_i P(a + i − H ≤ c − 1)``, computed exactly for n ≤ 400 and otherwise by the
-  large-n limit ``γ + (1 − γ) ln(1 − γ)`` with ``γ = c / n`` (derived from the same picture with
-  positions as uniform fractions x, y: hit iff 1 − (1 − x)(1 − y) < γ);
+* ``lru``, ``random``: ``(c − (n − c)(H_n − H_{n−c})) / n`` with ``H`` the harmonic numbers
+  (:func:`memsim.placement.lru_shuffle_hit_rate`, where it is derived; exact for every n, and
+  about ``γ + (1 − γ) ln(1 − γ)`` with ``γ = c / n`` for large n);
 * ``lru``, ``windowed`` (n divisible by the window w): every other window is read once in
   between, so the distance gains ``n − w``: the ``random`` formula with n → w and c → c − (n − w);
 * ``fifo`` with ``random`` or ``windowed`` orders: no closed form known (NaN).
@@ -45,7 +42,8 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from memsim.distributions import ConfigError
+from memsim.knobs import ConfigError
+from memsim.placement import lru_shuffle_hit_rate
 
 POLICIES = ("lru", "fifo", "static", "none")
 PATTERNS = ("sequential", "random", "fixed", "windowed")
@@ -62,7 +60,7 @@ class CacheConfig:
         >>> CacheConfig(dataset_records=0, record_bytes=1, cache_bytes=1)
         Traceback (most recent call last):
         ...
-        memsim.distributions.ConfigError: dataset_records=0: must be a positive integer (records in the dataset)
+        memsim.knobs.ConfigError: dataset_records=0: must be a positive integer (records in the dataset)
     """
 
     dataset_records: int = 1000
@@ -228,34 +226,6 @@ def trace_hits(order: np.ndarray, capacities: Sequence[int], policy: str) -> np.
 
 # ----------------------------------------------------------------------------- closed forms
 
-EXACT_MAX_RECORDS = 400  # the exact double sum costs O(m²) hypergeometric tails
-
-
-@functools.lru_cache(maxsize=4096)
-def _lru_permutation_hit_rate(m: int, c: int) -> float:
-    """LRU hit rate when each epoch reads m records in a fresh uniform order, capacity c.
-
-    Exact double sum for m <= EXACT_MAX_RECORDS; above, the large-m limit (its error is about
-    3e-4 at m = 1000, c = m/2, and shrinks like 1/m).
-    """
-    if c <= 0:
-        return 0.0
-    if c >= m:
-        return 1.0
-    if m > EXACT_MAX_RECORDS:
-        g = c / m
-        return g + (1 - g) * math.log1p(-g)
-    from scipy.stats import hypergeom
-
-    a = np.arange(m)[:, None]
-    i = np.arange(m)[None, :]
-    # hit iff a + i - H <= c - 1  <=>  H >= a + i - c + 1
-    k = a + i - c + 1
-    p = hypergeom.sf(k - 1, m - 1, a, i)  # P(H >= k)
-    p = np.where(k <= 0, 1.0, p)
-    return float(p.mean())
-
-
 def closed_form_hit_rate(dataset_records: int, capacity_records: int, policy: str, pattern: str,
                          epoch: int, window: int = 0) -> float:
     """Expected hit rate in ``epoch`` (1-based), or NaN where no closed form is known.
@@ -284,10 +254,11 @@ def closed_form_hit_rate(dataset_records: int, capacity_records: int, policy: st
     if policy == "fifo":
         return math.nan
     if pattern == "random":
-        return _lru_permutation_hit_rate(n, c)
+        return lru_shuffle_hit_rate(c, n)
     if not window or n % window:
         return math.nan  # unequal windows: no single formula
-    return _lru_permutation_hit_rate(window, c - (n - window))
+    # the other n - w records are read between two reads of a window: that much less room
+    return lru_shuffle_hit_rate(max(c - (n - window), 0), window)
 
 
 # ------------------------------------------------------------------------------ public API

@@ -14,10 +14,33 @@ Per-sample shapes are turned into per-batch shapes by :func:`batch_shape_params`
   per-batch sums), so they are resampled as given and not summed.
 
 Random numbers come from a counter-based integer hash (``lowbias32``, C. Wellons, 2018) of
-``(stream, item, stage, seed)``: every configuration of a sweep has its own stream, so a row's
-numbers do not depend on which other rows share the sweep, and drawing them costs a few integer
-operations per number (``jax.random``'s threefry costs about 40 times as much here, which would
-dominate the simulation). Uniforms have 23 bits and lie in ``[2**-24, 1 - 2**-24]``.
+``(stream, item, stage, seed)``. Every row of a sweep has its own stream (:func:`stream_ids` of
+the seed and the row number), and the number for item ``j`` of a stage is a pure function of
+(stream, j, stage, seed): a row's numbers do not depend on the tiles, the vmap lanes or the chunks
+the simulator packs it into, nor on the other rows beside it, and a seed reproduces them exactly.
+Uniforms have 23 bits and lie in ``[2**-24, 1 - 2**-24]``; normal quantiles are
+``jax.scipy.special.ndtri`` (absolute error below 1e-6 in float32 on that grid).
+
+Why not ``jax.random`` (threefry) keys with ``fold_in`` per row, item and stage, and
+``jax.random.gamma``: measured, they make the simulation several times slower. On this project's
+2-core CPU machine, shared with other jobs at the time (load average 3–4, so ±30 %), best of 3
+runs of ``memsim.pipeline.sweep`` over 1,728 configurations × 1,000 items (lognormal transform,
+gamma:0.2 compute; the drawing replaced, the rest unchanged):
+
+* this hash: 0.14–0.20 s;
+* one threefry block per number (the cheapest use of threefry: key (stream, 0), counter the
+  item/stage key): 0.98 s;
+* ``jax.random.bits(fold_in(fold_in(key(seed), stream), item_stage))``: 1.11 s.
+
+Per draw (256 items × 4,096 lanes, best of 5): uniforms 1.5 ms (hash) vs 193 ms (``fold_in`` +
+``jax.random.uniform``); gamma(4) 57 ms (:func:`_gamma_unit`, Marsaglia–Tsang on hash uniforms,
+fixed tries) vs 1,101 ms (``jax.random.gamma``, a rejection ``while_loop`` per lane). The hash and
+the fixed-try gamma sampler are kept for that reason; the statistical tests
+(``tests/memsim/test_distributions.py``) check their uniformity, independence and moments.
+Normal quantiles need no home-made approximation: ``ndtri`` was not measurably slower than a
+one-logarithm float32 erfinv (M. Giles, 2011) in the same sweep at 2,000 items (0.58–0.81 s vs
+0.67–0.80 s, same shared machine); ``jax.scipy.special.erfinv(2u − 1)`` is as fast but loses 3e-4
+to cancellation near ``u = 1`` in float32.
 """
 
 from __future__ import annotations
@@ -26,7 +49,6 @@ import dataclasses
 import math
 from typing import Sequence
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import ndtri
@@ -212,34 +234,6 @@ def uniform(streams, key, dtype):
     return ((bits >> 9).astype(dtype) + 0.5) * (1.0 / 8388608.0)
 
 
-_GILES_A = (2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
-            -0.00125372503, -0.00417768164, 0.246640727, 1.50140941)
-_GILES_B = (-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
-            -0.0076224613, 0.00943887047, 1.00167406, 2.83297682)
-
-
-def normal_from_uniform(u):
-    """Standard normal quantile of ``u``.
-
-    float64: ``jax.scipy.special.ndtri``. float32: sqrt(2)·erfinv(2u − 1) with M. Giles'
-    single-precision erfinv ("Approximating the erfinv function", GPU Computing Gems, 2011), one
-    logarithm instead of ndtri's three branches: about half the cost, absolute error below 1e-6
-    for u on the 23-bit grid.
-    """
-    if u.dtype != jnp.float32:
-        return ndtri(u)
-    w = -jnp.log(4.0 * u * (1.0 - u))
-    wa = w - 2.5
-    pa = jnp.float32(_GILES_A[0])
-    for c in _GILES_A[1:]:
-        pa = pa * wa + c
-    wb = jnp.sqrt(w) - 3.0
-    pb = jnp.float32(_GILES_B[0])
-    for c in _GILES_B[1:]:
-        pb = pb * wb + c
-    return jnp.float32(1.41421356) * jnp.where(w < 5.0, pa, pb) * (2.0 * u - 1.0)
-
-
 def _gamma_unit(streams, key, alpha, dtype, tries: int = 4):
     """Gamma(alpha)/alpha (unit mean) by Marsaglia & Tsang (2000), a fixed number of tries.
 
@@ -250,14 +244,14 @@ def _gamma_unit(streams, key, alpha, dtype, tries: int = 4):
     a = jnp.where(boost, alpha + 1.0, alpha)
     d = a - 1.0 / 3.0
     c = 1.0 / jnp.sqrt(9.0 * d)
-    z_wh = normal_from_uniform(uniform(streams, mix(key ^ jnp.uint32(0x1B873593)), dtype))
+    z_wh = ndtri(uniform(streams, mix(key ^ jnp.uint32(0x1B873593)), dtype))
     wh = jnp.maximum(1.0 - 1.0 / (9.0 * a) + z_wh / jnp.sqrt(9.0 * a), 0.0) ** 3 * a
     out = wh
     done = jnp.zeros(streams.shape, bool)
     for t in range(tries):
         kz = mix(key + jnp.uint32(((2 * t + 1) * 0x27D4EB2F) & 0xFFFFFFFF))
         ku = mix(key + jnp.uint32(((2 * t + 2) * 0x27D4EB2F) & 0xFFFFFFFF))
-        z = normal_from_uniform(uniform(streams, kz, dtype))
+        z = ndtri(uniform(streams, kz, dtype))
         u = uniform(streams, ku, dtype)
         v = (1.0 + c * z) ** 3
         ok = (v > 0) & (jnp.log(u) < 0.5 * z * z + d - d * v + d * jnp.log(jnp.where(v > 0, v, 1.0)))
@@ -287,7 +281,7 @@ def draw(sampler: str, streams, key, param, table, dtype):
     if sampler == "gamma":
         return _gamma_unit(streams, key, param, dtype)
     if sampler == "lognormal":
-        z = normal_from_uniform(uniform(streams, key, dtype))
+        z = ndtri(uniform(streams, key, dtype))
         return jnp.exp(param * z - 0.5 * param * param)
     if sampler == "empirical":
         n = table.shape[0]

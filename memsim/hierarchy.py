@@ -14,7 +14,9 @@ move). Chains of links (disk → page cache → pinned buffer → device) are co
 store-and-forward or pipelined, see :meth:`Hierarchy.chain_time`.
 
 memsim is pure: nothing here reads files or clocks. Measured numbers come in as a DataFrame of
-probe fits (:meth:`Hierarchy.from_probes`), written by ``experiments.probes``.
+probe fits (:meth:`Hierarchy.from_probes`), written by ``experiments.probes``. Machines described
+from spec sheets (``workstation_2020``, ``h100_sxm``, ``h200``) are in :mod:`memsim.machines`; byte
+units and their formatting in :mod:`memsim.units`.
 """
 
 from __future__ import annotations
@@ -26,9 +28,6 @@ from typing import Any, Literal, Mapping, Sequence
 import jax
 import numpy as np
 import pandas as pd
-
-KB, MB, GB, TB = 1e3, 1e6, 1e9, 1e12
-KiB, MiB, GiB = 2**10, 2**20, 2**30
 
 ChainMode = Literal["store_and_forward", "pipelined"]
 MemoryKind = Literal["pinned_host", "unpinned_host"]
@@ -316,6 +315,7 @@ class Hierarchy:
         """Seconds to move ``n_bytes`` over the link src→dst: α + n/B (Hockney 1994).
 
         Example:
+            >>> from memsim.machines import workstation_2020
             >>> h = workstation_2020()
             >>> round(float(h.transfer_time(3e9, "ssd", "page_cache")), 3)
             1.0
@@ -387,6 +387,7 @@ class Hierarchy:
         store-and-forward: 1 / Σ_i (1/B_i); pipelined: min_i B_i.
 
         Example:
+            >>> from memsim.machines import workstation_2020
             >>> h = workstation_2020()
             >>> round(h.chain_bandwidth(["ram", "pinned_host", "gpu"]) / 1e9, 2)
             12.55
@@ -417,7 +418,7 @@ class Hierarchy:
                     name: str = "this machine") -> "Hierarchy":
         """Builds the measured machine's hierarchy from probe fits.
 
-        ``fits`` is the table ``experiments.probes.fit_links`` returns: one row per probe with
+        ``fits`` is the table ``analysis.links.fit_links`` returns: one row per probe with
         ``probe``, ``status``, ``alpha_s`` and ``beta_Bps`` (bandwidth in bytes/s), plus the
         environment columns ``platform``, ``ram_total_bytes``, ``disk_total_bytes`` and
         ``device_memory_bytes``. Each fitted probe becomes a link (and sets the bandwidth and
@@ -461,11 +462,11 @@ class Hierarchy:
         """
         if not isinstance(fits, pd.DataFrame):
             raise HierarchyError(f"fits is a {type(fits).__name__}; pass the DataFrame from "
-                                 "experiments.probes.fit_links (or fits.csv read with pandas)")
+                                 "analysis.links.fit_links (or fits.csv read with pandas)")
         missing = [c for c in ("probe", "alpha_s", "beta_Bps") if c not in fits.columns]
         if missing:
             raise HierarchyError(f"fits lacks column(s) {missing}; columns present: {list(fits.columns)}. "
-                                 "Pass the table from experiments.probes.fit_links")
+                                 "Pass the table from analysis.links.fit_links")
         caps = dict(capacities or {})
 
         def env(col: str) -> float:
@@ -545,206 +546,3 @@ class Hierarchy:
         if omitted:
             note += "; omitted: " + "; ".join(omitted)
         return cls(tiers=tuple(tiers), links=tuple(links), name=name, source=note)
-
-
-# ---- presets ------------------------------------------------------------------------------------
-
-
-def pcie_bandwidth_Bps(gen: int, lanes: int = 16) -> float:
-    """Theoretical bytes/s per direction of a PCIe link.
-
-    Gen 1–2 use 8b/10b encoding, Gen 3–5 128b/130b (PCI-SIG base specifications): per lane
-    2.5, 5, 8, 16, 32 GT/s; bytes/s = GT/s × encoding efficiency × lanes / 8. Packet (TLP)
-    overheads are not subtracted: this is the ceiling, not what a copy achieves.
-
-    Example:
-        >>> round(pcie_bandwidth_Bps(5) / 1e9, 1)
-        63.0
-        >>> round(pcie_bandwidth_Bps(4) / 1e9, 1)
-        31.5
-    """
-    gts = {1: 2.5e9, 2: 5e9, 3: 8e9, 4: 16e9, 5: 32e9}
-    if gen not in gts:
-        raise HierarchyError(f"gen={gen!r}: expected a PCIe generation in 1..5")
-    if not isinstance(lanes, int) or lanes not in (1, 2, 4, 8, 16):
-        raise HierarchyError(f"lanes={lanes!r}: expected 1, 2, 4, 8 or 16")
-    eff = 8 / 10 if gen <= 2 else 128 / 130
-    return gts[gen] * eff * lanes / 8
-
-
-# Efficiency of a pinned DMA over PCIe relative to the theoretical rate: transaction-layer packet
-# headers, flow control and DLLPs leave ~80-90 %; ``bandwidthTest`` / ``nvbandwidth`` results are
-# typically about 80 % of theoretical. An assumption until probes on the machine replace it.
-PINNED_PCIE_EFFICIENCY = 0.8
-
-
-def _pageable(memcpy_Bps: float, pinned_Bps: float) -> float:
-    # Pageable host→device is staged: memcpy into a pinned bounce buffer, then DMA (CUDA C++
-    # Best Practices Guide, "Pinned Memory"; M. Harris, "How to Optimize Data Transfers in
-    # CUDA C/C++", NVIDIA blog 2012). Store-and-forward of the two hops: 1/(1/B_copy + 1/B_dma).
-    return 1.0 / (1.0 / memcpy_Bps + 1.0 / pinned_Bps)
-
-
-def workstation_2020() -> Hierarchy:
-    """The classic textbook pyramid of a 2020 deep-learning workstation.
-
-    Tiers (capacity, bandwidth, latency, approximate 2020 street price per GB):
-
-    - cpu_cache: 32 MB at 1 TB/s, 10 ns (an L3 of a desktop CPU; latency order from J. Dean's
-      "Latency numbers every programmer should know": L2 7 ns, main memory 100 ns).
-    - ram: 32 GB at 50 GB/s (≈ dual-channel DDR4-3200: 2 × 25.6 GB/s = 51.2 GB/s peak), 100 ns,
-      ≈ $4/GB.
-    - page_cache, pinned_host: carved out of ram (part_of="ram").
-    - gpu: 24 GB at 1000 GB/s (RTX 3090 class: 936 GB/s GDDR6X, NVIDIA spec), 0.5 µs
-      (global-memory latency of hundreds of cycles: Jia et al. 2018, "Dissecting the NVIDIA Volta
-      GPU Architecture via Microbenchmarking"), ≈ $62/GB ($1499 launch price / 24 GB).
-    - ssd: 1 TB at 3 GB/s (PCIe 3.0 x4 NVMe, e.g. Samsung 970 EVO Plus 3.5 GB/s sequential),
-      100 µs (4 KiB random read at queue depth 1; Dean lists 150 µs), ≈ $0.12/GB.
-    - hdd: 4 TB at 100 MB/s, 10 ms (seek plus half a rotation at 7200 rpm; Dean: 10 ms), ≈ $0.025/GB.
-
-    Links: each storage tier → page_cache at its own rate and latency; page_cache → ram,
-    page_cache → pinned_host and ram → ram as a memcpy at 25 GB/s (a copy reads and writes
-    every byte, so at most half the 50 GB/s) with 1 µs per call (a system call);
-    host → gpu over PCIe 4.0 x16 (31.5 GB/s theoretical): pinned at PINNED_PCIE_EFFICIENCY of it,
-    pageable as the store-and-forward of the memcpy into the bounce buffer and the pinned DMA;
-    gpu → ram like pinned; gpu → gpu at half the memory bandwidth (read + write). The PCIe
-    latency, 10 µs, is the usual order of a cudaMemcpy call for small sizes (an assumption).
-
-    Example:
-        >>> h = workstation_2020()
-        >>> [t.name for t in h.physical_tiers()]
-        ['cpu_cache', 'gpu', 'ram', 'ssd', 'hdd']
-        >>> round(h.link("ram", "gpu").bandwidth_Bps / 1e9, 1), round(h.link("pinned_host", "gpu").bandwidth_Bps / 1e9, 1)
-        (12.6, 25.2)
-    """
-    ram_bw, memcpy = 50e9, 25e9
-    pcie = pcie_bandwidth_Bps(4)
-    pinned = PINNED_PCIE_EFFICIENCY * pcie
-    tiers = (
-        Tier("cpu_cache", 32 * MB, 1 * TB, 10e-9, None, None, "desktop L3; Dean latency table"),
-        Tier("gpu", 24 * GB, 1000 * GB, 0.5e-6, 1499 / 24, None, "RTX 3090 class spec; Jia et al. 2018"),
-        Tier("ram", 32 * GB, ram_bw, 100e-9, 4.0, None, "~2 x DDR4-3200; Dean latency table"),
-        Tier("page_cache", 32 * GB, ram_bw, 100e-9, None, "ram", "part of RAM"),
-        Tier("pinned_host", 32 * GB, ram_bw, 100e-9, None, "ram", "part of RAM"),
-        Tier("ssd", 1 * TB, 3 * GB, 100e-6, 0.12, None, "PCIe 3.0 x4 NVMe spec sheets"),
-        Tier("hdd", 4 * TB, 100 * MB, 10e-3, 0.025, None, "7200 rpm disk; Dean latency table"),
-    )
-    links = (
-        Link("hdd", "page_cache", 100 * MB, 10e-3, source="hdd sequential rate, seek latency"),
-        Link("ssd", "page_cache", 3 * GB, 100e-6, source="NVMe sequential rate, QD1 latency"),
-        Link("page_cache", "ram", memcpy, 1e-6, source="memcpy: half of DRAM peak; syscall"),
-        Link("page_cache", "pinned_host", memcpy, 1e-6, source="memcpy: half of DRAM peak; syscall"),
-        Link("ram", "ram", memcpy, 1e-6, source="memcpy: half of DRAM peak"),
-        Link("ram", "pinned_host", memcpy, 1e-6, source="memcpy: half of DRAM peak"),
-        Link("pinned_host", "gpu", pinned, 10e-6, "pinned_host",
-             "PCIe 4.0 x16 x PINNED_PCIE_EFFICIENCY"),
-        Link("ram", "gpu", _pageable(memcpy, pinned), 10e-6, "unpinned_host",
-             "staged: memcpy to bounce buffer + pinned DMA, store-and-forward"),
-        Link("gpu", "ram", pinned, 10e-6, source="PCIe 4.0 x16 x PINNED_PCIE_EFFICIENCY"),
-        Link("gpu", "gpu", 500 * GB, 5e-6, source="device copy: half of memory bandwidth"),
-    )
-    return Hierarchy(tiers, links, "workstation_2020",
-                     "textbook figures for a 2020 workstation; prices approximate street prices")
-
-
-def _hopper(name: str, hbm_bytes: float, hbm_Bps: float, hbm_source: str) -> Hierarchy:
-    # Host side modelled on the DGX H100 (NVIDIA DGX H100 datasheet): 2 TB DDR5 on two Xeon
-    # Platinum 8480C sockets, 8 channels of DDR5-4800 each (8 × 38.4 GB/s = 307 GB/s per socket;
-    # one GPU sits behind one socket); NVMe data drives of 3.84 TB (one drive modelled: PCIe 4.0 x4,
-    # about 7 GB/s sequential read on spec sheets). A single host memcpy stream is far below the
-    # socket's peak: 20 GB/s is assumed for one thread copying into the bounce buffer.
-    host_Bps, memcpy = 307.2e9, 20e9
-    pcie = pcie_bandwidth_Bps(5)
-    pinned = PINNED_PCIE_EFFICIENCY * pcie
-    l2_Bps = 2 * hbm_Bps
-    tiers = (
-        Tier("l2", 50 * MB, l2_Bps, 0.1e-6, None, None,
-             "50 MB L2 (NVIDIA Hopper whitepaper); bandwidth not published: assumed 2 x HBM"),
-        Tier("hbm", hbm_bytes, hbm_Bps, 0.5e-6, None, None, hbm_source),
-        Tier("ram", 2 * TB, host_Bps, 100e-9, None, None, "DGX H100 datasheet; DDR5-4800 x 8 channels"),
-        Tier("page_cache", 2 * TB, host_Bps, 100e-9, None, "ram", "part of RAM"),
-        Tier("pinned_host", 2 * TB, host_Bps, 100e-9, None, "ram", "part of RAM"),
-        Tier("nvme", 3.84 * TB, 7 * GB, 80e-6, None, None, "PCIe 4.0 x4 NVMe spec sheets"),
-    )
-    links = (
-        Link("nvme", "page_cache", 7 * GB, 80e-6, source="NVMe sequential rate, QD1 latency"),
-        Link("page_cache", "ram", memcpy, 1e-6, source="one-thread memcpy (assumed)"),
-        Link("page_cache", "pinned_host", memcpy, 1e-6, source="one-thread memcpy (assumed)"),
-        Link("ram", "ram", memcpy, 1e-6, source="one-thread memcpy (assumed)"),
-        Link("ram", "pinned_host", memcpy, 1e-6, source="one-thread memcpy (assumed)"),
-        Link("pinned_host", "hbm", pinned, 10e-6, "pinned_host",
-             "PCIe 5.0 x16 (63 GB/s) x PINNED_PCIE_EFFICIENCY"),
-        Link("ram", "hbm", _pageable(memcpy, pinned), 10e-6, "unpinned_host",
-             "staged: memcpy to bounce buffer + pinned DMA, store-and-forward"),
-        Link("hbm", "ram", pinned, 10e-6, source="PCIe 5.0 x16 x PINNED_PCIE_EFFICIENCY"),
-        Link("hbm", "hbm", hbm_Bps / 2, 5e-6, source="device copy: half of HBM bandwidth"),
-    )
-    return Hierarchy(tiers, links, name,
-                     f"{hbm_source}; host side from the DGX H100 datasheet; PCIe efficiency assumed")
-
-
-def h100_sxm() -> Hierarchy:
-    """One H100 SXM5 and its host.
-
-    - hbm: 80 GB HBM3 at 3.35 TB/s (NVIDIA H100 Tensor Core GPU datasheet, SXM5 column);
-      0.5 µs latency (order of magnitude of GPU global-memory latency; an assumption).
-    - l2: 50 MB (NVIDIA H100 Tensor Core GPU Architecture whitepaper). NVIDIA publishes no L2
-      bandwidth; 2 × HBM is assumed (order of magnitude only).
-    - host link: PCIe Gen5 x16, 63.0 GB/s per direction theoretical (:func:`pcie_bandwidth_Bps`).
-      Measured host→device is lower and depends on the host buffer, so two links are modelled:
-      ``pinned_host -> hbm`` at PINNED_PCIE_EFFICIENCY × 63 GB/s (≈ 50 GB/s), and
-      ``ram -> hbm`` (pageable) as a memcpy into a pinned bounce buffer followed by the DMA,
-      store-and-forward: 1 / (1/20 GB/s + 1/50 GB/s) ≈ 14 GB/s. Calibrate with the probes.
-    - host: 2 TB DDR5 at 307 GB/s per socket, one 3.84 TB NVMe drive at 7 GB/s (DGX H100
-      datasheet; drive spec sheets).
-
-    Example:
-        >>> h = h100_sxm()
-        >>> h.tier("hbm").capacity_bytes, h.tier("hbm").bandwidth_Bps
-        (80000000000.0, 3350000000000.0)
-        >>> round(h.link("pinned_host", "hbm").bandwidth_Bps / 1e9, 1), round(h.link("ram", "hbm").bandwidth_Bps / 1e9, 1)
-        (50.4, 14.3)
-    """
-    return _hopper("h100_sxm", 80 * GB, 3.35 * TB, "NVIDIA H100 datasheet (SXM5): 80 GB HBM3, 3.35 TB/s")
-
-
-def h200() -> Hierarchy:
-    """One H200 SXM: 141 GB HBM3e at 4.8 TB/s (NVIDIA H200 Tensor Core GPU datasheet).
-
-    Same 50 MB L2 (Hopper), same PCIe Gen5 x16 host link and host as :func:`h100_sxm`.
-
-    Example:
-        >>> h = h200()
-        >>> h.tier("hbm").capacity_bytes / 1e9, h.tier("hbm").bandwidth_Bps / 1e12
-        (141.0, 4.8)
-        >>> h.link("pinned_host", "hbm") == h100_sxm().link("pinned_host", "hbm")
-        True
-    """
-    return _hopper("h200", 141 * GB, 4.8 * TB, "NVIDIA H200 datasheet: 141 GB HBM3e, 4.8 TB/s")
-
-
-PRESETS = {"workstation_2020": workstation_2020, "h100_sxm": h100_sxm, "h200": h200}
-
-
-def format_bytes(n: float) -> str:
-    """Human-readable decimal size: ``format_bytes(1.5e9) == '1.5 GB'``.
-
-    Example:
-        >>> format_bytes(4096), format_bytes(32e9), format_bytes(3.84e12)
-        ('4.1 kB', '32 GB', '3.84 TB')
-    """
-    n = float(n)
-    for unit, scale in (("TB", TB), ("GB", GB), ("MB", MB), ("kB", KB)):
-        if abs(n) >= scale:
-            return f"{n / scale:.3g} {unit}"
-    return f"{n:.3g} B"
-
-
-def format_rate(bps: float) -> str:
-    """Human-readable bytes/s: ``format_rate(2.5e9) == '2.5 GB/s'``.
-
-    Example:
-        >>> format_rate(2.5e9), format_rate(120e6)
-        ('2.5 GB/s', '120 MB/s')
-    """
-    return format_bytes(bps) + "/s"

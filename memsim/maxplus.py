@@ -306,13 +306,24 @@ def ring_layout(tile: dict) -> tuple:
     """
     out = []
     for k in _INT_TILE:
-        size = max(_pow2(int(np.max(tile[k]))), MIN_RING)
+        size = max(pow2(int(np.max(tile[k]))), MIN_RING)
         out.append((size, size <= LANE_RING_MAX))
     return tuple(out)
 
 
-def _pow2(n: int) -> int:
+def pow2(n: int) -> int:
+    """The smallest power of two >= ``n`` (1 for ``n <= 1``); ring and block sizes.
+
+    >>> pow2(1), pow2(5), pow2(8)
+    (1, 8, 8)
+    """
     return 1 << max(0, int(n - 1).bit_length())
+
+
+def compiled_variants() -> int:
+    """How many compiled versions of the simulation kernel this process holds (one per shape and
+    static option seen so far): sweeps of the same shape must not add one."""
+    return _run._cache_size()  # noqa: SLF001 — jax.jit's cache size; no public accessor
 
 
 def run_tiles(lanes: dict, tile: dict, tables: tuple, *, samplers: tuple, n_chunks: int,
@@ -347,7 +358,7 @@ def run_tiles(lanes: dict, tile: dict, tables: tuple, *, samplers: tuple, n_chun
     rings = ring_layout(tile)
     per_block = max(1, block_lanes // m)
     if g < per_block:  # one block: round the tile count up to a power of two (fewer compilations)
-        per_block = _pow2(g)
+        per_block = pow2(g)
     n_blocks = -(-g // per_block)
     pad = n_blocks * per_block - g
     if pad:  # repeat the last tile; its results are dropped

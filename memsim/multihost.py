@@ -18,8 +18,8 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from memsim.distributions import ConfigError
-from memsim.pipeline import PipelineConfig, SimOptions, _grid_frame, simulate_frame, summarize
+from memsim.knobs import ConfigError
+from memsim.pipeline import PipelineConfig, SimOptions, grid_frame, simulate_frame, summarize
 
 DEFAULT_HOSTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
@@ -61,7 +61,7 @@ def many_hosts(config: PipelineConfig, hosts: Sequence[int] = DEFAULT_HOSTS, *, 
     opts.layout  # noqa: B018 — validates n_items
     reps = np.repeat(np.arange(len(todo)), todo)
     host_index = np.concatenate([np.arange(n) for n in todo])
-    frame = _grid_frame([config] * int(sum(todo)), config)
+    frame = grid_frame([config] * int(sum(todo)), config)
     raw = simulate_frame(frame, opts, stream_rows=host_index, coupled_hosts=reps)
     res = summarize(raw, frame)
     lead = np.concatenate([[0], np.cumsum(todo)[:-1]])  # host 0 of each N

@@ -48,9 +48,9 @@ import numpy as np
 import pandas as pd
 
 from memsim import maxplus
-from memsim.distributions import ConfigError, Dist, as_dist, batch_shape_params, stream_ids, unit_table
+from memsim.distributions import Dist, as_dist, batch_shape_params, stream_ids, unit_table
+from memsim.knobs import FEEDS, PRECISIONS, ConfigError
 
-from memsim.knobs import FEEDS, PRECISIONS
 STAGES = ("read", "transform", "transfer", "compute")
 DIST_FIELDS = ("read_dist", "transform_dist", "transfer_dist", "compute_dist")
 
@@ -98,7 +98,7 @@ class PipelineConfig:
         >>> PipelineConfig(num_workers=-1)
         Traceback (most recent call last):
         ...
-        memsim.distributions.ConfigError: num_workers=-1: must be >= 0; use 0 (loader in the main process) or a positive worker count
+        memsim.knobs.ConfigError: num_workers=-1: must be >= 0; use 0 (loader in the main process) or a positive worker count
     """
 
     # knobs shared with the measured rows
@@ -137,11 +137,11 @@ class PipelineConfig:
         for name in DIST_FIELDS:
             object.__setattr__(self, name, as_dist(name, getattr(self, name)))
         for name in _INT_RULES:
-            _check_scalar(name, getattr(self, name))
+            check_scalar(name, getattr(self, name))
         for name in _FLOAT_RULES:
-            _check_scalar(name, getattr(self, name))
+            check_scalar(name, getattr(self, name))
         for name, choices in _CHOICES.items():
-            _check_scalar(name, getattr(self, name))
+            check_scalar(name, getattr(self, name))
         if self.batch_size % self.grad_accum_steps:
             raise ConfigError(f"grad_accum_steps={self.grad_accum_steps!r}: must divide batch_size "
                               f"({self.batch_size}); the step splits the batch into that many micro-batches")
@@ -179,7 +179,18 @@ KNOBS = ("num_workers", "per_worker_buffer_size", "prefetch_buffer_size", "feed"
          "device_buffer_size", "batch_size", "grad_accum_steps", "precision")
 
 
-def _check_scalar(name: str, value) -> None:
+def check_scalar(name: str, value) -> None:
+    """Check one value of a :class:`PipelineConfig` field; raise a one-line ``ConfigError`` if bad.
+
+    Fields without a rule (the distributions, unknown names) pass. Used by ``PipelineConfig`` and
+    by callers that validate a knob value before building configurations.
+
+    >>> check_scalar("num_workers", 4)
+    >>> check_scalar("num_workers", -1)
+    Traceback (most recent call last):
+    ...
+    memsim.knobs.ConfigError: num_workers=-1: must be >= 0; use 0 (loader in the main process) or a positive worker count
+    """
     if name in _INT_RULES:
         lo, hi, what = _INT_RULES[name]
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
@@ -230,7 +241,7 @@ def _check_columns(frame: pd.DataFrame) -> None:
             if name in _INT_RULES and isinstance(v, float) and v.is_integer():
                 v = int(v)
             try:
-                _check_scalar(name, v)
+                check_scalar(name, v)
             except ConfigError as e:
                 head = f"{name}={v!r}"
                 msg = str(e)
@@ -241,8 +252,22 @@ def _check_columns(frame: pd.DataFrame) -> None:
 
 # ------------------------------------------------------------------------------------ grids
 
-def _grid_frame(grid, base: PipelineConfig) -> pd.DataFrame:
-    """Every configuration as a row of all fields (dists as Dist objects)."""
+def grid_frame(grid, base: PipelineConfig) -> pd.DataFrame:
+    """Every configuration as a row of all :data:`FIELDS`, validated (the input of :func:`simulate_frame`).
+
+    Args:
+        grid: a mapping of field -> values (their product), a DataFrame of configurations (one
+            per row; missing fields from ``base``) or a list of :class:`PipelineConfig`.
+        base: the values of the fields ``grid`` does not give.
+
+    Returns:
+        One row per configuration, the distribution fields as categorical columns of
+        :class:`~memsim.distributions.Dist`. Bad values raise ``ConfigError`` naming the field,
+        value and grid row.
+
+    >>> grid_frame({"num_workers": [1, 2], "batch_size": [32]}, PipelineConfig())["num_workers"].tolist()
+    [1.0, 2.0]
+    """
     base_row = {f: getattr(base, f) for f in FIELDS}
     if isinstance(grid, PipelineConfig):
         grid = [grid]
@@ -325,8 +350,18 @@ def _grid_frame(grid, base: PipelineConfig) -> pd.DataFrame:
 
 # ------------------------------------------------------------------------- derived numbers
 
-def _derived(frame: pd.DataFrame) -> dict:
-    """Per-row effective structure and mean service times per item (numpy arrays)."""
+def derived(frame: pd.DataFrame) -> dict:
+    """Per-row effective structure and mean service times per item (numpy arrays).
+
+    Keys: ``b`` (batch size), ``k`` (transform servers), ``no_workers``, ``host_buffer`` and
+    ``device_buffer`` (effective slots), ``feed_none``, ``p`` (per-worker queue), ``accum``,
+    ``lat`` (read latency per batch), ``mR``, ``mX``, ``mT``, ``mC`` (mean read, transform,
+    transfer and compute seconds per batch), ``upd`` (update seconds) and ``merged`` (loader in
+    the consumer's thread).
+
+    Args:
+        frame: from :func:`grid_frame`.
+    """
     g = {c: frame[c].to_numpy() for c in FIELDS if c not in DIST_FIELDS}
     f = lambda c: np.asarray(g[c], dtype=np.float64)  # noqa: E731
     i = lambda c: np.asarray(g[c], dtype=np.int64)  # noqa: E731
@@ -398,8 +433,8 @@ def analytic_bounds(frame_or_configs) -> pd.DataFrame:
         >>> float(b.bottleneck_bound_samples_per_s), b.bottleneck_bound_stage
         (200.0, 'transform')
     """
-    frame = frame_or_configs if isinstance(frame_or_configs, pd.DataFrame) and "bottleneck_bound_samples_per_s" in frame_or_configs else _grid_frame(frame_or_configs, PipelineConfig())
-    return _bounds(frame, _derived(frame))
+    frame = frame_or_configs if isinstance(frame_or_configs, pd.DataFrame) and "bottleneck_bound_samples_per_s" in frame_or_configs else grid_frame(frame_or_configs, PipelineConfig())
+    return _bounds(frame, derived(frame))
 
 
 def _bounds(frame: pd.DataFrame, d: dict) -> pd.DataFrame:
@@ -498,7 +533,7 @@ def _tile_key(d: dict) -> np.ndarray:
 def _dist_key(frame: pd.DataFrame) -> np.ndarray:
     keys = []
     for n in DIST_FIELDS:
-        col = frame[n].array  # Categorical of Dist (see _grid_frame)
+        col = frame[n].array  # Categorical of Dist (see grid_frame)
         sub = pd.factorize(pd.Series([(c.kind, c.samples) for c in col.categories], dtype=object))[0]
         keys.append(sub[np.asarray(col.codes)])
     return np.stack(keys, axis=1)
@@ -518,7 +553,7 @@ def simulate_frame(frame: pd.DataFrame, opts: SimOptions, *, stream_rows: np.nda
     """Runs the kernel for every row of a validated grid frame; raw per-row sums.
 
     Args:
-        frame: from ``_grid_frame``.
+        frame: from ``grid_frame``.
         opts: simulation options.
         stream_rows: random stream number per row (default: the row position).
         coupled_hosts: internal (many-hosts): rows with the same value form one synchronous step.
@@ -529,7 +564,7 @@ def simulate_frame(frame: pd.DataFrame, opts: SimOptions, *, stream_rows: np.nda
         the derived numbers ``d`` and, with ``trace``, ``trace`` (field -> (rows, items)).
     """
     warm, total, chunk = (0, 1, opts.n_items) if trace else opts.layout
-    d = _derived(frame)
+    d = derived(frame)
     n = len(frame)
     streams = stream_ids(np.arange(n) if stream_rows is None else stream_rows, opts.seed)
     fdt = np.float64 if opts.dtype == "float64" else np.float32
@@ -552,7 +587,7 @@ def simulate_frame(frame: pd.DataFrame, opts: SimOptions, *, stream_rows: np.nda
         order = np.argsort(inverse.ravel(), kind="stable")
         members = np.split(g_rows[order], np.cumsum(counts)[:-1])
         if coupled_hosts is not None:
-            width = maxplus._pow2(int(counts.max()))
+            width = maxplus.pow2(int(counts.max()))
         else:
             width = maxplus.choose_tile_width(counts)
         if coupled_hosts is not None or len(members) == 1:
@@ -718,7 +753,7 @@ def sweep(grid, base: PipelineConfig | None = None, *, n_items: int = 2000, warm
         raise ConfigError(f"base={base!r}: expected a PipelineConfig")
     opts = SimOptions(n_items=n_items, warmup_frac=warmup_frac, n_batches=n_batches, seed=seed, dtype=dtype)
     opts.layout  # noqa: B018 — validates n_items against the chunk layout
-    frame = _grid_frame(grid, base)
+    frame = grid_frame(grid, base)
     raw = simulate_frame(frame, opts)
     res = summarize(raw, frame)
     out = pd.concat([config_columns(frame), res], axis=1)
@@ -761,7 +796,7 @@ def simulate_traces(grid, base: PipelineConfig | None = None, n_items: int = 200
     if not isinstance(n_items, (int, np.integer)) or n_items < 1:
         raise ConfigError(f"n_items={n_items!r}: must be a positive integer")
     opts = SimOptions(n_items=int(n_items), seed=seed, dtype=dtype)
-    frame = _grid_frame(grid, base)
+    frame = grid_frame(grid, base)
     raw = simulate_frame(frame, opts, trace=True)
     out = []
     for r in range(len(frame)):

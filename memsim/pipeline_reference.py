@@ -29,10 +29,10 @@ TIME_NAMES = ("wf", "ls", "le", "wc", "wq", "taken", "ts", "tc", "td", "cs", "cd
 
 def draw_services(config, n_items: int, seed: int = 0) -> dict:
     """Service times per item drawn with Python's ``random`` (same distributions as the JAX kernel)."""
-    from memsim.pipeline import DIST_FIELDS, _derived, _grid_frame
+    from memsim.pipeline import DIST_FIELDS, derived, grid_frame
 
-    frame = _grid_frame([config], config)
-    d = _derived(frame)
+    frame = grid_frame([config], config)
+    d = derived(frame)
     rng = random.Random(seed)
     b = float(d["b"][0])
     out = {"lat": [float(d["lat"][0])] * n_items}
@@ -84,10 +84,10 @@ def simulate_reference(config, n_items: int = 2000, seed: int = 0, services: dic
         >>> round(float(simulate_reference(cfg, 100)["items_per_s"]), 6)
         50.0
     """
-    from memsim.pipeline import _derived, _grid_frame
+    from memsim.pipeline import derived, grid_frame
 
-    frame = _grid_frame([config], config)
-    d = {k: (v[0].item() if hasattr(v[0], "item") else v[0]) for k, v in _derived(frame).items()}
+    frame = grid_frame([config], config)
+    d = {k: (v[0].item() if hasattr(v[0], "item") else v[0]) for k, v in derived(frame).items()}
     svc = services if services is not None else draw_services(config, n_items, seed)
     lat, R, X, T, C = (list(map(float, svc[k])) for k in ("lat", "R", "X", "T", "C"))
     n = n_items

@@ -55,7 +55,8 @@ from typing import Literal
 import pandas as pd
 from scipy.special import digamma
 
-from memsim.hierarchy import Hierarchy, HierarchyError, format_bytes, format_rate
+from memsim.hierarchy import Hierarchy, HierarchyError
+from memsim.units import format_bytes, format_rate
 
 AccessPattern = Literal["sequential", "shuffle"]
 
@@ -158,7 +159,7 @@ class Placement:
         """One line a person can read, e.g. for a report.
 
         Example:
-            >>> from memsim.hierarchy import workstation_2020
+            >>> from memsim.machines import workstation_2020
             >>> p = plan_placement(workstation_2020(), 48e9, 100e3, "shuffle", storage="ssd")
             >>> print(p.summary())  # doctest: +NORMALIZE_WHITESPACE
             dataset = 1.5 × RAM (48 GB) on ssd, shuffled each epoch → page-cache hit rate 0.3
@@ -209,7 +210,7 @@ def readable_tiers(h: Hierarchy, cache_tier: str = "page_cache", reader_tier: st
     """Physical tiers the read stage can read a dataset from (file-backed or resident).
 
     Example:
-        >>> from memsim.hierarchy import workstation_2020
+        >>> from memsim.machines import workstation_2020
         >>> readable_tiers(workstation_2020())
         ('gpu', 'ram', 'ssd', 'hdd')
     """
@@ -245,7 +246,7 @@ def plan_placement(hierarchy: Hierarchy, dataset_bytes: float, sample_bytes: flo
         A :class:`Placement`; ``summary()`` gives one readable line.
 
     Example:
-        >>> from memsim.hierarchy import workstation_2020
+        >>> from memsim.machines import workstation_2020
         >>> p = plan_placement(workstation_2020(), 8e9, 1e6, "sequential")
         >>> p.storage, p.holders, p.hit_rate, p.hit_rate_source
         ('ssd', ('gpu', 'ram', 'ssd', 'hdd'), 1.0, 'closed form, LRU')
@@ -353,7 +354,7 @@ def compare_placements(hierarchy: Hierarchy, dataset_bytes: float, sample_bytes:
     Rows are sorted fastest first; ``summary`` holds each one's readable line.
 
     Example:
-        >>> from memsim.hierarchy import workstation_2020
+        >>> from memsim.machines import workstation_2020
         >>> df = compare_placements(workstation_2020(), 48e9, 100e3, "shuffle")
         >>> df["storage"].tolist()
         ['ssd', 'hdd']

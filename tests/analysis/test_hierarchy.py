@@ -11,7 +11,9 @@ import analysis.hierarchy as hierarchy
 import analysis.links as links
 from analysis.hierarchy import (comparison_hierarchies, draw_pyramid, fits_table, probe_table, pyramid_figure,
                                 save_pyramid, section, section_from_tables)
-from memsim.hierarchy import Hierarchy, format_rate, h100_sxm, h200, workstation_2020
+from memsim.hierarchy import Hierarchy
+from memsim.machines import h100_sxm, h200, workstation_2020
+from memsim.units import format_rate
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from memsim.cache import (CacheConfig, access_order, cache_sweep, closed_form_hit_rate, simulate_cache,
-                          steady_hit_rate, trace_hits, _lru_permutation_hit_rate)
-from memsim.distributions import ConfigError
+                          steady_hit_rate, trace_hits)
+from memsim.knobs import ConfigError
 
 
 def reference_hits(order: np.ndarray, cap: int, policy: str) -> list[int]:
@@ -83,7 +83,7 @@ def test_closed_forms_equal_the_trace_where_they_are_exact():
 
 
 @pytest.mark.parametrize("n,c,window", [(200, 100, 0), (200, 150, 0), (200, 60, 0), (240, 220, 40)])
-def test_lru_shuffled_orders_match_the_hypergeometric_closed_form(n, c, window):
+def test_lru_shuffled_orders_match_the_closed_form(n, c, window):
     pattern = "windowed" if window else "random"
     epochs = 40
     order = access_order(n, pattern, epochs, window=window, seed=5)
@@ -94,11 +94,21 @@ def test_lru_shuffled_orders_match_the_hypergeometric_closed_form(n, c, window):
     assert abs(hits.mean() - want) < 4 * se + 1e-3, (hits.mean(), want, se)
 
 
-def test_exact_sum_approaches_the_large_n_limit():
+def test_lru_random_closed_form_approaches_the_large_n_limit():
     g = 0.5
     limit = g + (1 - g) * math.log(1 - g)
-    assert _lru_permutation_hit_rate(400, 200) == pytest.approx(limit, abs=2e-3)
-    assert _lru_permutation_hit_rate(100, 50) - limit == pytest.approx(0.25 / 100, rel=0.3)
+    lru = lambda n, c: closed_form_hit_rate(n, c, "lru", "random", 2)  # noqa: E731
+    assert lru(400, 200) == pytest.approx(limit, abs=2e-3)
+    assert lru(100, 50) - limit == pytest.approx(0.25 / 100, rel=0.3)
+    assert lru(10**6, 5 * 10**5) == pytest.approx(limit, abs=1e-6)
+    # exact at every size: the finite sum (1/n) Σ_{p<c} (c − p)/(n − p), beyond 400 records too
+    for n, c in ((7, 3), (1024, 512), (5000, 1234)):
+        direct = sum((c - p) / (n - p) for p in range(c)) / n
+        assert lru(n, c) == pytest.approx(direct, rel=1e-9)
+    # windowed: the other n − w records take n − w slots; with fewer slots than that, no hits
+    assert closed_form_hit_rate(240, 220, "lru", "windowed", 2, window=40) == pytest.approx(
+        sum((20 - p) / (40 - p) for p in range(20)) / 40, rel=1e-9)
+    assert closed_form_hit_rate(240, 100, "lru", "windowed", 2, window=40) == 0.0
     assert math.isnan(closed_form_hit_rate(100, 10, "fifo", "random", 2))  # none known
     assert math.isnan(closed_form_hit_rate(100, 95, "lru", "windowed", 2, window=30))  # unequal windows
 

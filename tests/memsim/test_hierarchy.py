@@ -8,13 +8,32 @@ import pandas as pd
 import pytest
 
 import memsim.hierarchy as hierarchy
-from memsim.hierarchy import (GB, MB, TB, Hierarchy, HierarchyError, Link, Tier, h100_sxm, h200,
-                              hockney_time, pcie_bandwidth_Bps, workstation_2020)
+import memsim.machines as machines
+import memsim.units as units
+from memsim.hierarchy import Hierarchy, HierarchyError, Link, Tier, hockney_time
+from memsim.machines import PRESETS, h100_sxm, h200, pcie_bandwidth_Bps, workstation_2020
+from memsim.units import GB, MB, TB, format_bytes, format_rate
 
 
-def test_doctests_pass():
-    res = doctest.testmod(hierarchy, optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert res.attempted > 10 and res.failed == 0
+@pytest.mark.parametrize("module, at_least", [(hierarchy, 10), (machines, 8), (units, 4)])
+def test_doctests_pass(module, at_least):
+    res = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert res.attempted >= at_least and res.failed == 0
+
+
+def test_units_format_picks_the_largest_unit_below_the_value():
+    assert format_bytes(999) == "999 B"
+    assert format_bytes(1000) == "1 kB"
+    assert format_bytes(1.5 * GB) == "1.5 GB"
+    assert format_bytes(-2 * MB) == "-2 MB"
+    assert format_rate(12.5 * GB) == "12.5 GB/s"
+    assert format_bytes(3 * TB) == "3 TB"
+
+
+def test_presets_live_in_machines_not_in_the_model():
+    # the model module holds the model only: no preset or unit names left behind
+    for name in ("workstation_2020", "h100_sxm", "h200", "PRESETS", "format_bytes", "GB"):
+        assert not hasattr(hierarchy, name), name
 
 
 def toy(chain_latency=1e-3):
@@ -185,7 +204,7 @@ def test_h100_and_h200_match_their_datasheets_and_split_pinned_from_pageable():
 
 
 def test_every_preset_number_has_a_source():
-    for make in hierarchy.PRESETS.values():
+    for make in PRESETS.values():
         h = make()
         assert h.source
         assert all(t.source for t in h.tiers), [t.name for t in h.tiers if not t.source]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memsim.distributions import ConfigError
+from memsim.knobs import ConfigError
 from memsim.multihost import many_hosts
 from memsim.pipeline import PipelineConfig, sweep
 

@@ -10,8 +10,10 @@ import pandas as pd
 import pytest
 
 from memsim import maxplus
-from memsim.distributions import ConfigError, Dist
-from memsim.pipeline import (PipelineConfig, analytic_bounds, simulate_trace, simulate_traces, sweep)
+from memsim.distributions import Dist
+from memsim.knobs import ConfigError
+from memsim.pipeline import (PipelineConfig, SimOptions, analytic_bounds, grid_frame, simulate_frame, simulate_trace,
+                             simulate_traces, summarize, sweep)
 from memsim.pipeline_reference import TIME_NAMES, simulate_reference
 
 # A pipeline reduced to two stages: a loader thread (no workers, read and transfer switched off)
@@ -263,6 +265,30 @@ def test_same_seed_same_numbers_and_a_row_does_not_depend_on_its_neighbours():
     assert alone.samples_per_s[0] == a.samples_per_s[0]  # row 0 alone and in the grid
 
 
+def test_a_rows_numbers_do_not_depend_on_the_tile_layout():
+    # Rows keep their stream number (and so their random numbers) however the simulator packs
+    # them: reversed order, other rows beside them (other tile widths and tile groupings) or
+    # alone. Stochastic stages everywhere, buffers of several sizes so the rows fall in several
+    # tiles; gamma and lognormal samplers both drawn.
+    grid = {"num_workers": [0, 1, 3, 8], "prefetch_buffer_size": [0, 1, 5], "device_buffer_size": [1, 3],
+            "read_dist": ["exponential"], "transfer_dist": ["gamma:0.5"], "compute_dist": ["lognormal:0.3"]}
+    opts = SimOptions(n_items=240, seed=11)
+    frame = grid_frame(grid, PipelineConfig())
+    n = len(frame)
+    cols = ["samples_per_s", "data_wait_frac", "mean_occupancy_host_buffer"]
+    base = summarize(simulate_frame(frame, opts), frame)[cols].to_numpy()
+    rev = frame.iloc[::-1].reset_index(drop=True)
+    again = summarize(simulate_frame(rev, opts, stream_rows=np.arange(n)[::-1]), rev)[cols].to_numpy()[::-1]
+    np.testing.assert_array_equal(base, again)
+    pick = [0, 5, n - 1]
+    sub = frame.iloc[pick].reset_index(drop=True)
+    alone = summarize(simulate_frame(sub, opts, stream_rows=np.array(pick)), sub)[cols].to_numpy()
+    np.testing.assert_array_equal(base[pick], alone)
+    # and the numbers are random: another seed moves every stochastic row
+    other = summarize(simulate_frame(frame, SimOptions(n_items=240, seed=12)), frame)["samples_per_s"].to_numpy()
+    assert np.all(other != base[:, 0])
+
+
 def test_trace_time_to_first_batch_and_first_item_never_waits():
     cfg = PipelineConfig(num_workers=2, transform_s=2e-4, read_latency_s=1e-5)
     tr = simulate_trace(cfg, 60)
@@ -288,10 +314,10 @@ def test_more_workers_help_a_loader_bound_pipeline_until_compute_binds():
 def test_jitted_kernel_compiles_once_per_shape():
     grid = {"num_workers": [1, 2], "feed": ["double_buffer"]}
     sweep(grid, n_items=400)
-    n = maxplus._run._cache_size()
+    n = maxplus.compiled_variants()
     sweep(grid, n_items=400, seed=1)
     sweep({"num_workers": [2, 1], "feed": ["double_buffer"]}, n_items=400)
-    assert maxplus._run._cache_size() == n
+    assert maxplus.compiled_variants() == n
 
 
 # ---------------------------------------------------------------------- bad input

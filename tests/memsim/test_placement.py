@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import memsim.placement as placement
-from memsim.hierarchy import Hierarchy, Link, Tier, h100_sxm, workstation_2020
+from memsim.hierarchy import Hierarchy, Link, Tier
+from memsim.machines import h100_sxm, workstation_2020
 from memsim.placement import (PlacementError, compare_placements, hit_rate_upper_bound,
                               lru_sequential_hit_rate, lru_shuffle_hit_rate, plan_placement)
 
