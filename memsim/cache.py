@@ -62,7 +62,7 @@ class CacheConfig:
         >>> CacheConfig(dataset_records=0, record_bytes=1, cache_bytes=1)
         Traceback (most recent call last):
         ...
-        memsim.distributions.ConfigError: dataset_records=0: must be a positive integer (records in the dataset)
+        memsim.knobs.ConfigError: dataset_records=0: must be a positive integer (records in the dataset)
     """
 
     dataset_records: int = 1000

@@ -98,7 +98,7 @@ class PipelineConfig:
         >>> PipelineConfig(num_workers=-1)
         Traceback (most recent call last):
         ...
-        memsim.distributions.ConfigError: num_workers=-1: must be >= 0; use 0 (loader in the main process) or a positive worker count
+        memsim.knobs.ConfigError: num_workers=-1: must be >= 0; use 0 (loader in the main process) or a positive worker count
     """
 
     # knobs shared with the measured rows

@@ -1,21 +1,11 @@
-import doctest
-
 import numpy as np
 import pandas as pd
 import pytest
 from matplotlib.figure import Figure
 
-import analysis.hierarchy_plots as plots
-import analysis.hierarchy_section as section
 from analysis.hierarchy_plots import comparison_hierarchies, draw_pyramid, pyramid_figure, save_pyramid
 from analysis.hierarchy_section import fits_table, hierarchy_section, markdown_table, probe_table
 from memsim.hierarchy import Hierarchy, h100_sxm, h200, workstation_2020
-
-
-@pytest.mark.parametrize("module", [plots, section])
-def test_doctests_pass(module):
-    res = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert res.attempted >= 3 and res.failed == 0
 
 
 def test_every_physical_tier_is_one_bar_at_its_bandwidth():
