@@ -67,7 +67,7 @@ def scaling_section(
 
     Example:
         >>> import tempfile
-        >>> N, D = (a.ravel() for a in np.meshgrid([1e6, 3e6, 1e7, 3e7], [2e7, 1e8, 5e8]))
+        >>> N, D = (a.ravel() for a in np.meshgrid([1e6, 3e6, 1e7, 3e7, 1e8], [2e7, 1e8, 5e8]))
         >>> rows = pd.DataFrame({"params": N, "tokens": D, "val_loss": 1.69 + 406.4 / N**0.34 + 410.7 / D**0.28})
         >>> md = scaling_section(rows, pathlib.Path(tempfile.mkdtemp()), bootstrap=0)
         >>> md.splitlines()[0], "scaling_frontier.png" in md

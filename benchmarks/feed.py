@@ -1,8 +1,23 @@
-"""Device-feed benchmark: samples/s with feed none, double_buffer and grain_device_put, against the
-device-resident bound, all measured in one run on one configuration where the loader alone
-delivers batches at least twice as fast as the step consumes them.
+"""Device-feed benchmark: samples/s with feed none, double_buffer and grain_device_put, against
+two baselines and the device-resident bound, all measured in one run on one configuration where
+the loader alone delivers batches at least twice as fast as the step consumes them.
 
     python -m benchmarks.feed [--json] [--repeats N] [--device-cores one|shared]
+
+What each is, all on the same loader, model and batch, interleaved in every repeat:
+
+- ``none``: no overlap at all. The loader has no thread of its own (no Grain read-ahead, no host
+  prefetch) and the step loop transfers each batch after the previous step, so load, transfer
+  and step run in series. The floor: what any prefetching is measured from.
+- ``grain_prefetch``: Grain's own host prefetch and no device feed: feed ``none`` with
+  ``prefetch_buffer_size`` = :data:`GRAIN_PREFETCH_BUFFER` (the loader's default), i.e. Grain's
+  ``ThreadPrefetchIterDataset`` loading batches in a thread while the step runs; the transfer
+  stays in series. This is what a Grain user has without a device feed, so
+  ``double_buffer/grain_prefetch`` is the fair measure of what the device feed adds (and
+  ``double_buffer/none`` what it adds over no prefetch at all).
+- ``double_buffer`` and ``grain_device_put``: the device feeds (no host prefetch of their own,
+  ``prefetch_buffer_size`` = 0: the feed's thread is the only overlap).
+- ``device_resident``: the same step on a batch already on the device, the bound no feed beats.
 
 On a machine without an accelerator the "device" is the CPU itself, and XLA's thread pool spans
 every core, so the step and the host loader fight for the same cores: hiding the loader behind the
@@ -75,6 +90,10 @@ def choose_mode(platform: str, requested: str | None, n_cores: int) -> str:
     return "one" if n_cores >= 2 else "shared"
 
 
+#: Host prefetch depth of the ``grain_prefetch`` baseline: the loader's default (LoaderConfig, TrainConfig).
+GRAIN_PREFETCH_BUFFER = 2
+
+
 def bench_config():
     from experiments.train import TrainConfig
     # A compute-bound MLP step (~10.5M params, batch 128: ~8 GFLOP per step) fed by an in-RAM loader
@@ -86,6 +105,14 @@ def bench_config():
                        num_workers=0, read_buffer_size=0, prefetch_buffer_size=0, device_buffer_size=2,
                        cpu_buffer_size=4,
                        min_steps=30, min_measure_s=1.0, warmup_steps=5)
+
+
+def variants(cfg) -> dict:
+    """The configurations measured, by name: one per feed, and ``grain_prefetch`` (feed none over
+    Grain's thread prefetch)."""
+    out = {kind: dataclasses.replace(cfg, feed=kind) for kind in FEEDS}
+    out["grain_prefetch"] = dataclasses.replace(cfg, feed="none", prefetch_buffer_size=GRAIN_PREFETCH_BUFFER)
+    return out
 
 
 def loader_alone_batches_per_s(cfg, n: int = 60) -> float:
@@ -123,11 +150,12 @@ def main(argv=None) -> dict:
 
     cfg = bench_config()
     loader_bps = loader_alone_batches_per_s(cfg)
-    sps = {k: [] for k in FEEDS}
+    runs = variants(cfg)
+    sps = {k: [] for k in runs}
     resident, step_s = [], []
     for _ in range(args.repeats):
-        for kind in FEEDS:
-            r = train.run(dataclasses.replace(cfg, feed=kind)).iloc[0]
+        for kind, run_cfg in runs.items():
+            r = train.run(run_cfg).iloc[0]
             sps[kind].append(float(r.samples_per_s))
             resident.append(float(r.device_resident_samples_per_s))
             step_s.append(float(r.device_resident_step_median_s))
@@ -146,11 +174,17 @@ def main(argv=None) -> dict:
         "loader_alone_batches_per_s": loader_bps,
         "step_consumes_batches_per_s": consume_bps,
         "loader_over_step": loader_bps / consume_bps,
+        "grain_prefetch_buffer_size": GRAIN_PREFETCH_BUFFER,
         "none_samples_per_s": med["none"],
+        "grain_prefetch_samples_per_s": med["grain_prefetch"],
         "double_buffer_samples_per_s": med["double_buffer"],
         "grain_device_put_samples_per_s": med["grain_device_put"],
         "device_resident_samples_per_s": res,
         "double_buffer/none": med["double_buffer"] / med["none"],
+        "double_buffer/grain_prefetch": med["double_buffer"] / med["grain_prefetch"],
+        "grain_device_put/grain_prefetch": med["grain_device_put"] / med["grain_prefetch"],
+        "grain_prefetch/none": med["grain_prefetch"] / med["none"],
+        "grain_prefetch/device_resident": med["grain_prefetch"] / res,
         "double_buffer/device_resident": med["double_buffer"] / res,
         "grain_device_put/device_resident": med["grain_device_put"] / res,
     }
@@ -161,10 +195,12 @@ def main(argv=None) -> dict:
     print(f"  loader alone {loader_bps:8.1f} batches/s; step consumes {consume_bps:.1f} batches/s "
           f"(loader/step = {out['loader_over_step']:.1f}×)")
     print(f"  {'feed':18s} {'samples/s':>10s} {'/ resident':>11s}")
-    for k in FEEDS:
+    for k in runs:
         print(f"  {k:18s} {med[k]:10.1f} {med[k] / res:11.3f}")
     print(f"  {'device_resident':18s} {res:10.1f} {1.0:11.3f}")
-    print(f"  double_buffer/none = {out['double_buffer/none']:.3f}")
+    print(f"  double_buffer/none = {out['double_buffer/none']:.3f}; "
+          f"double_buffer/grain_prefetch = {out['double_buffer/grain_prefetch']:.3f} "
+          f"(grain_prefetch: feed none over Grain's thread prefetch of {GRAIN_PREFETCH_BUFFER} batches)")
     if out["loader_over_step"] < 2:
         print("  WARNING: the loader is not 2× faster than the step here; the comparison is not the intended one")
     if args.json:

@@ -10,11 +10,14 @@ Measured in the same run:
 
 1. ``fit_s``: ``analysis.scaling.fit_chinchilla(bootstrap=0)`` end to end (all 4,500 grid starts,
    float32 search and float64 polish), median of repeats after a warm-up call; the warm-up
-   minus the median is reported as ``compile_s``.
+   minus the median is reported as ``compile_s``. ``fit_cpu_s``: the process CPU time (all
+   threads, ``time.process_time``) of the same repeats, median.
 2. ``scipy_fit_s``: the baseline, ``scipy.optimize.minimize(method="L-BFGS-B")`` looped over the
    same 4,500 starts on the same objective (same coordinates, numpy with an analytic gradient,
-   scipy's default tolerances, the same 300-iteration cap per start). ``ratio`` =
-   scipy_fit_s / fit_s. Both optima are compared.
+   scipy's default tolerances, the same 300-iteration cap per start), wall and CPU time
+   (``scipy_fit_cpu_s``). ``ratio`` = scipy_fit_s / fit_s (wall), ``cpu_ratio`` =
+   scipy_fit_cpu_s / fit_cpu_s. ``objective`` and ``scipy_objective``: the best optimum each
+   side reached, both evaluated by one float64 objective (this module's numpy Huber objective).
 3. ``bootstrap_s``: ``analysis.scaling.bootstrap`` with 1,000 resamples, each refitted from all
    4,500 starts, after compiling its programs (``compile_only=True``, timed apart as
    ``bootstrap_compile_s``). ``bootstrap_cpu_s`` is the process CPU time over the same span:
@@ -23,7 +26,27 @@ Measured in the same run:
 4. Reproduction: the fit of noise-free data from the law itself must return the published
    parameters (``reproduction_max_rel_err``).
 
-Goals on the 2-core CPU: fit at least 20× faster than the scipy loop; bootstrap within 5 minutes.
+What the baseline is, and what still differs. The baseline is what one would write without
+``analysis.scaling``: scipy's L-BFGS-B from every start of the same grid, one start after another,
+on the same data, objective, coordinates and iteration cap. Two differences remain, on purpose,
+because they are how the fit gets its speed; the report shows what each costs:
+
+- Precision and stopping rule. Ours searches every start in float32 with a relative ``ftol`` of
+  1e-6 (``analysis.scaling_search.SEARCH_TOL``), then refines its best few starts in float64 at
+  ``ftol`` 1e-14 (``POLISH_TOL``); scipy runs every start in float64 with its defaults (``ftol``
+  ≈ 2.2e-9, ``gtol`` 1e-5). A speed-up bought by stopping early or by float32 rounding would show
+  as a worse optimum, so both optima are evaluated by the same float64 objective and compared
+  (``objective_rel_diff`` = (ours − scipy) / scipy; ≤ 0 means ours is at least as good).
+  ``n_at_best`` (ours: within ``reach_rtol`` of the polished best) and ``scipy_n_at_best``
+  (within 1e-4 relative of scipy's best) count agreement by each side's own rule, and are not
+  compared with each other.
+- Cores. Ours runs vmapped lanes on every core XLA's CPU client uses; the scipy loop runs on one.
+  Wall time (``ratio``) is what a user waits; CPU time summed over threads (``cpu_ratio``) is the
+  work done, and discounts the cores: on an idle n-core machine ``ratio`` ≈ ``cpu_ratio`` × the
+  cores ours keeps busy.
+
+Goals on the 2-core CPU: fit at least 20× faster than the scipy loop (wall); bootstrap within 5
+minutes.
 Prints a table; with ``--json`` the last line is one JSON object with every figure.
 """
 
@@ -84,25 +107,42 @@ def _numpy_objective(z: np.ndarray, y: np.ndarray, delta: float):
     return fg
 
 
+def common_objective(df: pd.DataFrame, raw: np.ndarray, delta: float = 1e-3) -> float:
+    """The float64 objective both sides are judged by: the sum of Huber losses of ``raw``
+    parameters ``(a, α, b, β, e)`` on ``df`` (numpy, the function the scipy baseline minimises)."""
+    log_x = np.log(df[["params", "tokens"]].to_numpy(np.float64).T)
+    st = ss.Standardizer.from_log_x(log_x)
+    fg = _numpy_objective(st.z(log_x), np.log(df["loss"].to_numpy(np.float64)), delta)
+    return fg(st.to_internal(np.asarray(raw, np.float64)))[0]
+
+
+def chinchilla_raw(values: dict) -> np.ndarray:
+    """Raw parameters ``(a, α, b, β, e)`` = (log A, α, log B, β, log E) of a fit's values."""
+    return np.array([np.log(values["A"]), values["alpha"], np.log(values["B"]), values["beta"],
+                     np.log(values["E"])], np.float64)
+
+
 def scipy_baseline(df: pd.DataFrame, n_starts: int | None = None, delta: float = 1e-3) -> dict:
-    log_x = np.log(df[["params", "tokens"]].to_numpy().T)
-    y = np.log(df["loss"].to_numpy())
+    log_x = np.log(df[["params", "tokens"]].to_numpy(np.float64).T)
+    y = np.log(df["loss"].to_numpy(np.float64))
     st = ss.Standardizer.from_log_x(log_x)
     fg = _numpy_objective(st.z(log_x), y, delta)
     starts = st.to_internal(ss.grid_starts(ss.CHINCHILLA_GRID))
     if n_starts is not None and n_starts < len(starts):
         # a seeded random subset: an evenly strided one aliases with the grid's axes
         starts = starts[np.sort(np.random.default_rng(0).choice(len(starts), n_starts, replace=False))]
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     results = [
         optimize.minimize(fg, x0, jac=True, method="L-BFGS-B", options={"maxiter": ss.SEARCH_TOL.max_iter})
         for x0 in starts
     ]
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     f = np.array([r.fun if np.isfinite(r.fun) else np.inf for r in results])
     best = int(np.argmin(f))
+    scale = len(ss.grid_starts(ss.CHINCHILLA_GRID)) / len(starts)
     return dict(
-        wall=wall * (len(ss.grid_starts(ss.CHINCHILLA_GRID)) / len(starts)),
+        wall=wall * scale,
+        cpu=cpu * scale,
         measured_starts=len(starts),
         best_objective=float(f[best]),
         n_at_best=int(np.sum(f <= f[best] * (1 + 1e-4))),
@@ -129,16 +169,18 @@ def main(argv: list[str] | None = None) -> dict:
     t0 = time.perf_counter()
     fit = scaling.fit_chinchilla(df, loss="loss", bootstrap=0)
     first = time.perf_counter() - t0
-    times = []
+    times, cpu_times = [], []
     for _ in range(args.repeats):
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         fit = scaling.fit_chinchilla(df, loss="loss", bootstrap=0)
         times.append(time.perf_counter() - t0)
-    fit_s = statistics.median(times)
+        cpu_times.append(time.process_time() - c0)
+    fit_s, fit_cpu = statistics.median(times), statistics.median(cpu_times)
 
-    # 2. scipy baseline on the same starts and objective
+    # 2. scipy baseline on the same starts and objective; both optima judged by one float64 objective
     sp = scipy_baseline(df, args.scipy_starts)
-    ours_obj = float(fit.stats.iloc[0]["objective"])
+    ours_obj = common_objective(df, chinchilla_raw(fit.values))
+    scipy_obj = common_objective(df, sp["raw"])
 
     # 4. reproduction of the published parameters from exact data
     exact = isoflop_table(args.points, noise=0.0, seed=args.seed)
@@ -164,13 +206,16 @@ def main(argv: list[str] | None = None) -> dict:
         starts=int(fit.stats.iloc[0]["n_starts"]),
         fit_s=round(fit_s, 4),
         fit_repeats_s=[round(t, 4) for t in times],
+        fit_cpu_s=round(fit_cpu, 4),
         compile_s=round(first - fit_s, 3),
         scipy_fit_s=round(sp["wall"], 3),
+        scipy_fit_cpu_s=round(sp["cpu"], 3),
         scipy_measured_starts=sp["measured_starts"],
         ratio=round(sp["wall"] / fit_s, 1),
+        cpu_ratio=round(sp["cpu"] / fit_cpu, 1),
         objective=ours_obj,
-        scipy_objective=sp["best_objective"],
-        objective_rel_diff=(ours_obj - sp["best_objective"]) / sp["best_objective"],
+        scipy_objective=scipy_obj,
+        objective_rel_diff=(ours_obj - scipy_obj) / scipy_obj,
         n_at_best=int(fit.stats.iloc[0]["n_at_best"]),
         scipy_n_at_best=sp["n_at_best"],
         fitted=fit.values,
@@ -198,12 +243,15 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"scaling_fit benchmark: {len(df)} points, {result['starts']} starts, {cores} CPU cores, "
           f"load {load_before:.1f} before / {result['loadavg_1min_after']:.1f} after")
     rows = [
-        ("fit (4,500 starts), median of repeats", f"{fit_s:.3f} s", f"compile {result['compile_s']:.2f} s apart"),
+        ("fit (4,500 starts), median of repeats", f"{fit_s:.3f} s",
+         f"cpu {fit_cpu:.3f} s, compile {result['compile_s']:.2f} s apart"),
         ("scipy L-BFGS-B loop, same starts", f"{sp['wall']:.2f} s",
-         f"{sp['measured_starts']} starts timed" + ("" if sp["measured_starts"] == result["starts"] else ", scaled")),
-        ("ratio scipy / ours", f"{result['ratio']:.1f}x", "goal >= 20x"),
-        ("best objective ours / scipy", f"{ours_obj:.6g} / {sp['best_objective']:.6g}",
-         f"starts at best {result['n_at_best']} / {sp['n_at_best']}"),
+         f"cpu {sp['cpu']:.2f} s, {sp['measured_starts']} starts timed"
+         + ("" if sp["measured_starts"] == result["starts"] else ", scaled")),
+        ("ratio scipy / ours, wall", f"{result['ratio']:.1f}x", "goal >= 20x"),
+        ("ratio scipy / ours, cpu", f"{result['cpu_ratio']:.1f}x", "work, all cores counted"),
+        ("best objective ours / scipy (float64)", f"{ours_obj:.6g} / {scipy_obj:.6g}",
+         f"rel diff {result['objective_rel_diff']:+.1e}; starts at best {result['n_at_best']} / {sp['n_at_best']}"),
         ("published parameters from exact data", f"max rel err {result['reproduction_max_rel_err']:.1e}", ""),
     ]
     if boot_s is not None:

@@ -46,3 +46,14 @@ def shm_guard():
     """Fails the test if it leaves anything new in /dev/shm (segments or semaphores)."""
     yield from _shm_guard()
 
+
+
+# The docstring examples of these modules are part of the `latest` subset (make test-latest), as the
+# module's own tests are; --doctest-modules collects them from the package, outside this folder.
+LATEST_DOCTEST_MODULES = ("memsim/footprint.py",)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if isinstance(item, pytest.DoctestItem) and item.nodeid.startswith(LATEST_DOCTEST_MODULES):
+            item.add_marker(pytest.mark.latest)

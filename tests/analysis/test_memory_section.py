@@ -1,4 +1,3 @@
-import doctest
 import types
 
 import numpy as np
@@ -6,7 +5,6 @@ import pandas as pd
 import pytest
 
 import analysis.memory_plots
-import analysis.memory_section
 from analysis import report, study_memory
 from analysis.memory_section import FIGURE_FILE, footprint_table, memory_section
 from memsim.footprint import FootprintConfig, TransformerShape, XlaMemory, footprint, transformer_activation_bytes
@@ -30,12 +28,6 @@ def _footprints():
 def _rows(**extra):
     return pd.DataFrame({"config_id": ["a", "b", "c"], "num_workers": [0, 2, 4], "feed": "double_buffer",
                          "status": ["ok", "ok", "failed"], "platform": "cpu", **extra})
-
-
-@pytest.mark.parametrize("module", [analysis.memory_section, analysis.memory_plots])
-def test_doctests_pass(module):
-    res = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert res.attempted > 0 and res.failed == 0
 
 
 def test_section_renders_tables_and_figure(tmp_path):

@@ -1,5 +1,6 @@
 """The feed benchmark's core modes: pinning only on a CPU-only machine, none with an accelerator."""
 
+import dataclasses
 import os
 import sys
 
@@ -30,6 +31,16 @@ def test_platform_is_found_in_a_child_process():
     assert feed.default_platform() == jax.default_backend()
 
 
+def test_baselines_differ_from_the_feeds_only_where_they_say():
+    cfg = feed.bench_config()
+    runs = feed.variants(cfg)
+    assert list(runs) == [*feed.FEEDS, "grain_prefetch"]
+    assert all(r.prefetch_buffer_size == 0 and r.read_buffer_size == 0 for k, r in runs.items() if k != "grain_prefetch")
+    g = runs["grain_prefetch"]
+    assert g.feed == "none" and g.prefetch_buffer_size == feed.GRAIN_PREFETCH_BUFFER > 0
+    assert dataclasses.replace(g, prefetch_buffer_size=0) == runs["none"]
+
+
 def test_accelerator_mode_pins_nothing_and_says_so(monkeypatch, capsys):
     # the accelerator branch run for real on this machine, with the step faked (no training here)
     import pandas as pd
@@ -38,7 +49,8 @@ def test_accelerator_mode_pins_nothing_and_says_so(monkeypatch, capsys):
     monkeypatch.setattr(feed, "choose_mode", lambda platform, requested, n: "accelerator")
     monkeypatch.setattr(feed, "loader_alone_batches_per_s", lambda cfg: 100.0)
     monkeypatch.setattr(train, "run", lambda cfg: pd.DataFrame([{
-        "samples_per_s": {"none": 50.0, "double_buffer": 90.0, "grain_device_put": 80.0}[cfg.feed],
+        "samples_per_s": 60.0 if cfg.prefetch_buffer_size else
+                         {"none": 50.0, "double_buffer": 90.0, "grain_device_put": 80.0}[cfg.feed],
         "device_resident_samples_per_s": 100.0, "device_resident_step_median_s": 0.02}]))
     before = os.sched_getaffinity(0)
     out = feed.main(["--json", "--repeats", "1"])
@@ -46,5 +58,6 @@ def test_accelerator_mode_pins_nothing_and_says_so(monkeypatch, capsys):
     assert out["device_cores_mode"] == "accelerator" and out["pinned"] is False
     assert out["device_cores"] == out["host_cores"] == sorted(before)
     assert out["double_buffer/none"] == pytest.approx(1.8)
+    assert out["grain_prefetch_samples_per_s"] == 60.0 and out["double_buffer/grain_prefetch"] == pytest.approx(1.5)
     assert "no core pinning (mode accelerator)" in capsys.readouterr().out
     assert "jax" in sys.modules

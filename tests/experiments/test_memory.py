@@ -44,12 +44,50 @@ def test_device_total_matches_xla_memory_analysis(compiled, family, batch_size):
     df, xla = compiled[family, batch_size]
     d = df.set_index("component")["bytes"]
     step = fp.totals(df)["step"]
+    # What this pins is the bookkeeping, not the activations: with activations taken from XLA's temp
+    # (temp − gradients), the step total equals XLA's argument + output + temp − alias by construction
+    # unless a component is counted twice or left out. The activations themselves are checked against
+    # a count from the layer shapes in test_mlp_and_cnn_activations_against_a_count_from_layer_shapes.
     assert abs(step - xla.step_bytes) <= 0.05 * xla.step_bytes, (step, xla.step_bytes)
     # and part by part, without XLA's temp in it: the arguments are parameters + optimizer state +
     # batch exactly, and the donated state is updated in place (only scalars are not aliased)
     assert xla.argument_bytes == d["parameters"] + d["optimizer_state"] + d["batch_in_use"]
     assert xla.output_bytes - xla.alias_bytes < 0.05 * (d["parameters"] + d["optimizer_state"])
     assert d["activations"] > 0
+
+
+# Float32 counts per sample from the layer shapes of FAMILIES (16×16×3 images, 10 classes), written
+# out by hand rather than read from the model or from XLA. `kept`: what the backward pass must hold,
+# the input of every layer after the first (the first's input is the batch, an argument, not temp)
+# and each ReLU's output (its gradient is gated by it). `every`: every forward and backward
+# intermediate held at once, no buffer reused. Average pooling and the mean need no saved input.
+HAND = {
+    # MLP 768 → 64 → 10: kept the hidden ReLU output (64); every: forward pre-ReLU, ReLU, logits,
+    # log-softmax (64 + 64 + 10 + 10) and their gradients again
+    "mlp": dict(params=(768 * 64 + 64) + (64 * 10 + 10), kept=64, every=2 * (64 + 64 + 10 + 10)),
+    # CNN: conv 3→8 at 16×16, ReLU, pool to 8×8; conv 8→16 at 8×8, ReLU, pool to 4×4; mean; head 16→10
+    "cnn": dict(params=(3 * 3 * 3 * 8 + 8) + (3 * 3 * 8 * 16 + 16) + (16 * 10 + 10),
+                kept=16 * 16 * 8 + 8 * 8 * 8 + 8 * 8 * 16 + 16,  # ReLU 1, conv 2's input, ReLU 2, head's input
+                every=2 * (2 * 16 * 16 * 8 + 8 * 8 * 8 + 2 * 8 * 8 * 16 + 4 * 4 * 16 + 16 + 10 + 10)),
+}
+SCALARS = 4096  # bytes of loss, step count and other per-step scalars XLA's temp may hold besides
+
+
+@pytest.mark.parametrize("family", ["mlp", "cnn"])
+def test_mlp_and_cnn_activations_against_a_count_from_layer_shapes(compiled, family):
+    # Independent of XLA's temp: the parameters from the layer shapes, and XLA's activations between
+    # what backprop must keep and every intermediate at once (the upper bound holds for XLA:CPU's
+    # buffer assignment; a GPU adds convolution and matmul workspaces to temp, so only the lower
+    # bound is asserted there). Measured on XLA:CPU: MLP 1.0× the kept count (+92 B), CNN 2.3×.
+    for b in BATCHES[family]:
+        df, xla = compiled[family, b]
+        d = df.set_index("component")["bytes"]
+        assert d["parameters"] == d["gradients"] == 4 * HAND[family]["params"]
+        assert d["batch_in_use"] == b * (16 * 16 * 3 * 4 + 4)  # float32 image + int32 label
+        act = d["activations"]
+        assert act >= 4 * HAND[family]["kept"] * b, (family, b, act)
+        if jax.default_backend() == "cpu":
+            assert act <= 4 * HAND[family]["every"] * b + SCALARS, (family, b, act)
 
 
 def test_activations_grow_with_the_batch(compiled):
@@ -65,6 +103,7 @@ def test_gradient_accumulation_keeps_one_micro_batch_of_activations(compiled):
     micro = compiled["cnn", 16][0].set_index("component")["bytes"]
     assert d["grad_accumulator"] == d["parameters"]
     assert abs(d["activations"] - micro["activations"]) <= 0.05 * micro["activations"]
+    # the bookkeeping with an accumulator (equal by construction unless a component is counted twice)
     assert abs(fp.totals(df)["step"] - xla.step_bytes) <= 0.05 * xla.step_bytes
 
 

@@ -1,4 +1,3 @@
-import doctest
 import math
 
 import jax
@@ -12,11 +11,6 @@ from memsim import footprint as fp
 pytestmark = pytest.mark.latest  # also run on the newest versions (make test-latest)
 
 BASE = dict(param_bytes=4000, host_sample_bytes=100, device_sample_bytes=84, batch_size=8)
-
-
-def test_doctests_pass():
-    res = doctest.testmod(fp, optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert res.attempted > 15 and res.failed == 0
 
 
 def test_frame_is_tidy_and_complete():
