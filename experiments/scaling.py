@@ -4,7 +4,8 @@ token budgets, through the same Grain loader and device feed as every measured r
 ``python -m experiments scaling --preset quick|full`` writes one row per (model size, token budget)
 to ``results/scaling/<run_id>/rows.csv``: params and non-embedding params, tokens seen, FLOPs
 (6·N·D and XLA's ``cost_analysis`` × steps), final train and validation loss (nats per byte),
-wall and compile time. Rows are appended as each point finishes; ``--run_id`` resumes.
+wall and compile time. Rows are appended as each point finishes; ``--run_id`` resumes (the run
+loop sweeps share, ``experiments.runloop``).
 
 Each point is its own training run with its own learning-rate schedule (linear warm-up, cosine
 decay to ``final_lr_frac`` of the peak at the end of *its* budget), as in Hoffmann et al. 2022:

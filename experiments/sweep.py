@@ -6,7 +6,8 @@ small (flat RSS), and whatever a run leaves behind (Grain's shared memory, semap
 processes) goes with its process. Children and their loader workers are tied to their parent with
 PR_SET_PDEATHSIG, so killing the sweep leaves no orphans. Repeats run round-robin over the
 configurations in a seeded shuffled order (``schedule``), so the drift of a shared machine spreads
-over every configuration instead of biasing one.
+over every configuration instead of biasing one. Rows are written, skipped on resume and retried
+by the run loop sweeps share with scaling runs (``experiments.runloop``).
 """
 
 from __future__ import annotations
