@@ -15,14 +15,12 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-import os
 import signal
 import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Literal
 
 import pandas as pd
 
