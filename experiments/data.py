@@ -127,12 +127,6 @@ def _file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _atomic_json(path: Path, obj) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1, sort_keys=True))
-    os.replace(tmp, path)
-
-
 def _paths(spec: ImageSpec, cache_dir: Path) -> dict[str, Path]:
     d = Path(cache_dir) / spec.key()
     return {"dir": d, "arrayrecord": d / "data.array_record", "memmap": d / "data.mmap",
@@ -188,7 +182,8 @@ def ensure_images(spec: ImageSpec, source: str, cache_dir: Path | str = DEFAULT_
     manifest = json.loads(p["manifest"].read_text()) if p["manifest"].exists() else {}
     manifest[source] = {"bytes": path.stat().st_size, "sha256": _file_sha256(path),
                         "spec": dataclasses.asdict(spec)}
-    _atomic_json(p["manifest"], manifest)
+    from experiments.results import write_json_atomic  # here: loader workers import this module, not pandas
+    write_json_atomic(p["manifest"], manifest)
     return path
 
 

@@ -50,11 +50,3 @@ def environment() -> dict:
         "git_commit": git_commit(),
     }
 
-
-def machine_label() -> str:
-    """A folder name for committed results: 'cpu-<n>core' or the accelerator's kind."""
-    import jax
-    d = jax.devices()[0]
-    if d.platform == "cpu":
-        return f"cpu-{os.cpu_count()}core"
-    return d.device_kind.lower().replace(" ", "-")

@@ -84,6 +84,12 @@ class _Feed:
     def __iter__(self):
         return self
 
+    @property
+    def host_iterator(self):
+        """The host dataset's iterator this feed reads (Grain's, for its statistics); None before it
+        exists."""
+        return getattr(self, "_it", None)
+
     def _host_next(self, it):
         try:
             return next(it)

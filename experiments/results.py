@@ -135,15 +135,6 @@ class RowWriter:
             os.close(fd)
 
 
-def done_config_ids(out_dir: Path) -> set[str]:
-    """The ``config_id`` of every row already in ``out_dir/rows.csv`` (what a resumed run skips)."""
-    p = Path(out_dir) / "rows.csv"
-    if not p.exists():
-        return set()
-    df = read_csv_rows(p)
-    return set(df["config_id"].astype(str)) if "config_id" in df else set()
-
-
 def done_pairs(out_dir: Path, retry_failed: bool = False) -> set[tuple[str, int]]:
     """The (config_id, repeat) pairs a resumed sweep skips: every pair with a row, or with
     ``retry_failed`` only the pairs that have an ok row (failed ones are run again)."""

@@ -4,7 +4,8 @@ token budgets, through the same Grain loader and device feed as every measured r
 ``python -m experiments scaling --preset quick|full`` writes one row per (model size, token budget)
 to ``results/scaling/<run_id>/rows.csv``: params and non-embedding params, tokens seen, FLOPs
 (6·N·D and XLA's ``cost_analysis`` × steps), final train and validation loss (nats per byte),
-wall and compile time. Rows are appended as each point finishes; ``--run_id`` resumes.
+wall and compile time. Rows are appended as each point finishes; ``--run_id`` resumes (the run
+loop sweeps share, ``experiments.runloop``).
 
 Each point is its own training run with its own learning-rate schedule (linear warm-up, cosine
 decay to ``final_lr_frac`` of the peak at the end of *its* budget), as in Hoffmann et al. 2022:
@@ -25,7 +26,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from experiments import configs, env as env_lib, results
+from experiments import configs, env as env_lib, results, runloop
 from experiments.configs import check
 
 
@@ -207,14 +208,14 @@ def run_point(cfg: ScalingConfig, width: int, depth: int, token_budget: int,
                 pending.append(step(batch))
             if len(pending) == 25 or i == steps - 1:  # read losses in groups: one sync per 25 steps
                 for v in jax.device_get(pending):
-                    train._finite(float(v), len(losses))
+                    train.check_finite(float(v), len(losses))
                     losses.append(float(v))
                 pending = []
         train_s = time.perf_counter() - t_train
     finally:
         feed.close()
     val_loss, val_count = _evaluate(step, val, max(cfg.batch_size, 64), sharding)
-    train._finite(val_loss, steps)
+    train.check_finite(val_loss, steps)
     tail = max(1, round(cfg.train_loss_frac * steps))
     tokens = steps * cfg.batch_size * cfg.seq_len
     xla_flops = float(cost.get("flops", float("nan")))
@@ -251,46 +252,34 @@ def _point_flat(cfg: ScalingConfig, pt: dict) -> dict:
 
 
 def run(cfg: ScalingConfig, out_dir: Path, progress: bool = True) -> pd.DataFrame:
-    """Trains every point not yet in ``out_dir/rows.csv`` (appending each row as it finishes);
-    returns all rows. A point that fails becomes a row with status 'failed' and the error."""
-    from tqdm import tqdm
-
+    """Trains every point not yet in ``out_dir/rows.csv`` (appending each row as it finishes:
+    ``runloop.run_jobs``); returns all rows. A point that fails becomes a row with status 'failed'
+    and the error; a rerun skips it as it skips the finished ones."""
     environment = env_lib.environment()
     pts = cfg.points()
-    cfg_path = out_dir / "config.json"
-    if not cfg_path.exists():
-        results.write_json_atomic(cfg_path, {"experiment": "scaling", "config": configs.to_flat_dict(cfg),
-                                             "num_points": len(pts), "environment": environment})
-    rows_path = out_dir / "rows.csv"
-    done = results.done_config_ids(out_dir)
+    header = {"experiment": "scaling", "config": configs.to_flat_dict(cfg), "num_points": len(pts),
+              "environment": environment}
     windows = len(host_windows(cfg))
     most = max(cfg.token_budgets) // (cfg.batch_size * cfg.seq_len) * cfg.batch_size
     if most > windows:
         print(f"note: the largest budget reads {most} windows of a {windows}-window corpus: "
               f"{most / windows:.2f} epochs, so some windows repeat", file=sys.stderr)
     val = validation_arrays(cfg)
-    writer = results.RowWriter(out_dir)
-    ids = [results.config_id(_point_flat(cfg, p)) for p in pts]
-    bar = tqdm(total=len(pts), initial=sum(i in done for i in ids), disable=not progress, unit="point",
-               dynamic_ncols=True, desc="scaling", file=sys.stderr)
-    try:
-        for pt, cid in zip(pts, ids):
-            if cid in done:
-                continue
-            bar.set_postfix_str(f"width={pt['width']} depth={pt['depth']} tokens={pt['token_budget']:,}")
-            t0 = time.perf_counter()
-            try:
-                row = {"status": "ok", "error": "", **run_point(cfg, pt["width"], pt["depth"], pt["token_budget"], val)}
-            except (KeyboardInterrupt, SystemExit):
-                raise
-            except Exception as e:  # noqa: BLE001 — recorded as a failed row; the next point runs
-                row = {"status": "failed", "error": f"{type(e).__name__}: {e}", **pt,
-                       "wall_s": time.perf_counter() - t0}
-            writer.append({"config_id": cid, **_point_flat(cfg, pt), **environment, **row})
-            bar.update(1)
-    finally:
-        bar.close()
-    return results.read_csv_rows(rows_path)
+    jobs = [runloop.Job(results.config_id(_point_flat(cfg, p)), 0,
+                        f"width={p['width']} depth={p['depth']} tokens={p['token_budget']:,}", p) for p in pts]
+
+    def work(job: runloop.Job) -> runloop.Outcome:
+        pt = job.payload
+        row = {"status": "ok", "error": "", **run_point(cfg, pt["width"], pt["depth"], pt["token_budget"], val)}
+        return runloop.Outcome({"config_id": job.config_id, **_point_flat(cfg, pt), **environment, **row})
+
+    def failed_row(job: runloop.Job, error: str, wall_s: float) -> dict:
+        pt = job.payload
+        return {"config_id": job.config_id, **_point_flat(cfg, pt), **environment, "status": "failed",
+                "error": error, **pt, "wall_s": wall_s}
+
+    return runloop.run_jobs(out_dir, jobs, work, failed_row, header=header, desc="scaling", unit="point",
+                            progress=progress)
 
 
 def main(cfg: ScalingConfig, preset: str, run_id: str | None = None, results_root: str | None = None) -> int:

@@ -6,7 +6,8 @@ small (flat RSS), and whatever a run leaves behind (Grain's shared memory, semap
 processes) goes with its process. Children and their loader workers are tied to their parent with
 PR_SET_PDEATHSIG, so killing the sweep leaves no orphans. Repeats run round-robin over the
 configurations in a seeded shuffled order (``schedule``), so the drift of a shared machine spreads
-over every configuration instead of biasing one.
+over every configuration instead of biasing one. Rows are written, skipped on resume and retried
+by the run loop sweeps share with scaling runs (``experiments.runloop``).
 """
 
 from __future__ import annotations
@@ -14,18 +15,16 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-import os
 import signal
 import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Literal
 
 import pandas as pd
 
-from experiments import configs, env as env_lib, results
+from experiments import configs, env as env_lib, results, runloop
 from experiments.configs import ConfigError, check
 from experiments.train import TrainConfig
 
@@ -293,14 +292,6 @@ def run_one_inline(cfg: TrainConfig) -> dict:
     return {"row": res.row.iloc[0].to_dict(), "steps": res.steps, "grain_stats": res.grain_stats}
 
 
-def _append_frame(out_dir: Path, name: str, df: pd.DataFrame, cid: str, repeat: int) -> None:
-    if df is None or not len(df):
-        return
-    w = results.RowWriter(out_dir, name)
-    for rec in df.assign(config_id=cid, repeat=repeat).to_dict("records"):
-        w.append(rec)
-
-
 def schedule(n_configs: int, repeats: int, order_seed: int) -> list[tuple[int, int]]:
     """(configuration index, repeat) in run order: round r runs every configuration once, in a
     permutation seeded by (order_seed, r), so a drifting machine spreads over all configurations.
@@ -319,62 +310,55 @@ def run(cfg: SweepConfig, out_dir: Path, experiment: str = "sweep", progress: bo
         on_config_done=None, retry_failed: bool = False) -> pd.DataFrame:
     """Runs every (configuration, repeat) not yet in ``out_dir/rows.csv``; returns all rows.
 
-    One row per (configuration, repeat), with ``config_id``, ``repeat`` and ``attempt``. With
+    One row per (configuration, repeat), with ``config_id``, ``repeat`` and ``attempt``, each
+    written as it finishes (``runloop.run_jobs``: resumable, safe to interrupt). With
     ``retry_failed`` the pairs whose rows all failed are run again (a new row, ``attempt`` + 1; the
     failed one stays: rows are append-only, ``results.current`` hides it).
     ``on_config_done(row)``, if given, is called after each row is written.
     """
-    from tqdm import tqdm
-
     designed = cfg.designed_configs()
     todo = [tc for _, tc in designed]
     environment = env_lib.environment()
-    cfg_path = out_dir / "config.json"
-    if not cfg_path.exists():
-        results.write_json_atomic(cfg_path, {"experiment": experiment, "sweep": configs.to_flat_dict(cfg),
-                                             "grid_keys": list(GRID_KEYS), "sample_keys": list(SAMPLE_KEYS),
-                                             "num_configs": len(todo), "repeats": cfg.repeats,
-                                             "environment": environment})
-    done = results.done_pairs(out_dir, retry_failed=retry_failed)
+    header = {"experiment": experiment, "sweep": configs.to_flat_dict(cfg), "grid_keys": list(GRID_KEYS),
+              "sample_keys": list(SAMPLE_KEYS), "num_configs": len(todo), "repeats": cfg.repeats,
+              "environment": environment}
     existing = results.read_csv_rows(out_dir / "rows.csv") if (out_dir / "rows.csv").exists() else pd.DataFrame()
-    writer = results.RowWriter(out_dir)
     flats = [configs.to_flat_dict(c) for c in todo]
     cids = [results.config_id(f) for f in flats]
-    order = [(i, r) for i, r in schedule(len(todo), cfg.repeats, cfg.order_seed) if (cids[i], r) not in done]
-    total = len(todo) * cfg.repeats
     vary = [k for k in GRID_KEYS if len({f[k] for f in flats}) > 1]
-    bar = tqdm(total=total, initial=total - len(order), disable=not progress, unit="run", dynamic_ncols=True,
-               desc=experiment, file=sys.stderr)
+    jobs = [runloop.Job(cids[i], rep, f"r{rep} " + " ".join(f"{k}={flats[i][k]}" for k in vary), i)
+            for i, rep in schedule(len(todo), cfg.repeats, cfg.order_seed)]
+
+    def head(job: runloop.Job) -> dict:
+        attempt = 1
+        if len(existing) and "config_id" in existing:
+            same = existing["config_id"].astype(str) == job.config_id
+            if "repeat" in existing:
+                same &= existing["repeat"].fillna(0).astype(int) == job.repeat
+            attempt = int(same.sum()) + 1
+        return {"config_id": job.config_id, "repeat": job.repeat, "attempt": attempt,
+                "design": designed[job.payload][0]}
+
+    def failed_row(job: runloop.Job, error: str, wall_s: float) -> dict:
+        return {**head(job), **flats[job.payload], **environment, "status": "failed", "error": error,
+                "wall_s": wall_s}
+
+    def work(job: runloop.Job) -> runloop.Outcome:
+        t0 = time.perf_counter()
+        tc = todo[job.payload]
+        out = runner.run(tc, cfg.config_timeout_s) if runner is not None else run_one_inline(tc)
+        if "row" not in out:
+            return runloop.Outcome(failed_row(job, out["error"], time.perf_counter() - t0))
+        return runloop.Outcome({**head(job), **out["row"]},
+                               {"steps": out.get("steps"), "grain_stats": out.get("grain_stats")})
+
     runner = Runner() if cfg.isolate else None
     try:
-        for i, rep in order:
-            tc, flat, cid = todo[i], flats[i], cids[i]
-            bar.set_postfix_str(f"r{rep} " + " ".join(f"{k}={flat[k]}" for k in vary))
-            attempt = 1
-            if len(existing) and "config_id" in existing:
-                same = existing["config_id"].astype(str) == cid
-                if "repeat" in existing:
-                    same &= existing["repeat"].fillna(0).astype(int) == rep
-                attempt = int(same.sum()) + 1
-            t0 = time.perf_counter()
-            out = runner.run(tc, cfg.config_timeout_s) if runner is not None else run_one_inline(tc)
-            head = {"config_id": cid, "repeat": rep, "attempt": attempt, "design": designed[i][0]}
-            if "row" in out:
-                row = {**head, **out["row"]}
-            else:
-                row = {**head, **flat, **environment, "status": "failed", "error": out["error"],
-                       "wall_s": time.perf_counter() - t0}
-            writer.append(row)
-            _append_frame(out_dir, "steps", out.get("steps"), cid, rep)
-            _append_frame(out_dir, "grain_stats", out.get("grain_stats"), cid, rep)
-            bar.update(1)
-            if on_config_done is not None:
-                on_config_done(row)
+        return runloop.run_jobs(out_dir, jobs, work, failed_row, header=header, desc=experiment, unit="run",
+                                progress=progress, retry_failed=retry_failed, on_row=on_config_done)
     finally:
-        bar.close()
         if runner is not None:
             runner.close()
-    return results.read_csv_rows(out_dir / "rows.csv")
 
 
 class Interrupted(KeyboardInterrupt):

@@ -311,7 +311,8 @@ def check_runtime(cfg: TrainConfig) -> None:
     data_lib.check_cache_dir(cfg.cache_dir)
 
 
-def _finite(loss: float, step: int) -> None:
+def check_finite(loss: float, step: int) -> None:
+    """Raises ``NonFiniteLoss`` naming ``step`` when ``loss`` is NaN or infinite."""
     if not math.isfinite(loss):
         raise NonFiniteLoss(f"loss is {loss} at step {step}; lower learning_rate or check the data")
 
@@ -491,7 +492,7 @@ def run_detailed(cfg: TrainConfig) -> RunResult:
             jax.block_until_ready(loss)
             t2 = time.perf_counter()
             loss_v = float(jax.device_get(loss))
-            _finite(loss_v, i)
+            check_finite(loss_v, i)
             last["batch"] = batch
             return {"step": i, "phase": "fed", "data_wait_s": t1 - t0, "step_time_s": t2 - t0,
                     "compute_s": t2 - t1, "loss": loss_v, **times}
@@ -499,7 +500,7 @@ def run_detailed(cfg: TrainConfig) -> RunResult:
         fed = measure_window(fed_step, cfg, on_measure_start=sampler.window_start)
         cpu_util = sampler.cpu_util()
         if cfg.grain_stats:  # with worker processes this waits up to 2 s per worker for their summaries
-            grain_stats = grain_stats_frame(getattr(feed, "_it", None))
+            grain_stats = grain_stats_frame(feed.host_iterator)
         # The device-resident bound: the same compiled step on a batch already on the device, measured
         # with no loader work running (feed threads and worker processes stopped), so that it is the
         # step's own rate and not the step's rate while the loader competes for the host's cores.
@@ -522,7 +523,7 @@ def run_detailed(cfg: TrainConfig) -> RunResult:
             jax.block_until_ready(loss)
             dt = time.perf_counter() - t0
             loss_v = float(jax.device_get(loss))
-            _finite(loss_v, n_fed + i)
+            check_finite(loss_v, n_fed + i)
             return {"step": n_fed + i, "phase": "resident", "data_wait_s": 0.0, "step_time_s": dt,
                     "compute_s": dt, "loss": loss_v}
 

@@ -1,4 +1,5 @@
 import dataclasses
+import hashlib
 import itertools
 
 import numpy as np
@@ -29,6 +30,42 @@ def test_order_is_seeded_and_independent_of_workers(data_cache):
     assert a == _labels(cfg, 8), "same seed, same order"
     assert a == _labels(dataclasses.replace(cfg, num_workers=2), 8), "worker processes must not change the order"
     assert a != _labels(dataclasses.replace(cfg, seed=1), 8), "another seed, another order"
+
+
+# The first two batches' labels and a SHA-256 of the first three batches (images after crop, flip and
+# blur, then labels) of _cfg(seed=0, augment_cost=1): a change of shuffle, augmentation stream or
+# batching changes them. Update them only for an intended change of the data order, and say so.
+GOLDEN_LABELS = [[9, 4, 2, 3, 4, 0, 4, 2, 4, 8, 3, 7, 5, 6, 4, 5],
+                 [1, 8, 8, 3, 9, 5, 1, 1, 8, 2, 7, 6, 5, 7, 7, 9]]
+GOLDEN_SHA256_PREFIX = "e29f7db3eff359c5"
+
+
+def _first_batches(cfg, n=3):
+    it = iter(build_dataset(cfg, stage_timing=False))
+    try:
+        return [{k: np.asarray(b[k]) for k in ("image", "label")} for b in itertools.islice(it, n)]
+    finally:
+        it.close()
+
+
+def _digest(batches) -> str:
+    h = hashlib.sha256()
+    for b in batches:
+        h.update(np.ascontiguousarray(b["image"], np.float32).tobytes())
+        h.update(np.asarray(b["label"], np.int32).tobytes())
+    return h.hexdigest()[:16]
+
+
+def test_golden_data_order_across_runs_and_worker_counts(data_cache):
+    cfg = _cfg(data_cache, augment_cost=1)
+    first = _first_batches(cfg)
+    assert [b["label"].tolist() for b in first[:2]] == GOLDEN_LABELS
+    assert _digest(first) == GOLDEN_SHA256_PREFIX
+    for workers in (0, 1, 2):  # 0 again: a second run in the same process
+        other = _first_batches(dataclasses.replace(cfg, num_workers=workers))
+        for a, b in zip(first, other):
+            np.testing.assert_array_equal(a["label"], b["label"], err_msg=f"num_workers={workers}")
+            np.testing.assert_array_equal(a["image"], b["image"], err_msg=f"num_workers={workers}")
 
 
 def test_each_epoch_is_a_fresh_permutation(data_cache):
