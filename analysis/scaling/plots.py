@@ -15,7 +15,7 @@ from matplotlib import colors
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from analysis.scaling import ComputeOptimal, ScalingFit, compute_optimal
+from analysis.scaling.fit import ComputeOptimal, ScalingFit, compute_optimal
 
 #: figure key -> file name
 FIGURES = {

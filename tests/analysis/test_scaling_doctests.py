@@ -8,13 +8,13 @@ import importlib
 import pytest
 
 MODULES = [
-    "analysis.batched_lbfgs",
-    "analysis.multistart",
-    "analysis.scaling_search",
-    "analysis.fit_input",
+    "analysis.scaling.batched_lbfgs",
+    "analysis.scaling.multistart",
+    "analysis.scaling.search",
+    "analysis.scaling.fit_input",
     "analysis.scaling",
     "analysis.throughput_fit",
-    "analysis.scaling_section",
+    "analysis.scaling.report",
 ]
 
 

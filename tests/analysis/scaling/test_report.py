@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import scaling_plots
-from analysis.fit_input import FitInputError
-from analysis.scaling_section import SECTION_BOOTSTRAP, scaling_section
+from analysis.scaling import plots as scaling_plots
+from analysis.scaling.fit_input import FitInputError
+from analysis.scaling.report import SECTION_BOOTSTRAP, scaling_section
 
 
 def quick_run_rows(seed: int = 0) -> pd.DataFrame:
