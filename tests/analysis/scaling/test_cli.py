@@ -51,7 +51,7 @@ def test_cli_errors_name_the_problem(tmp_path, capsys):
 
 
 def test_subcommands_are_a_registry():
-    assert set(cli.SUBCOMMANDS) >= {"scaling"}
+    assert set(cli.SUBCOMMANDS) >= {"scaling", "report"}
     help_text, add_args, run = cli.SUBCOMMANDS["scaling"]
     assert callable(add_args) and callable(run) and help_text
     with pytest.raises(SystemExit) as exc:
