@@ -12,7 +12,7 @@ import pytest
 from analysis import __main__ as cli
 from analysis.scaling import plots as scaling_plots
 
-DATA = pathlib.Path(__file__).resolve().parents[1] / "data" / "gadre2024" / "final_losses.csv"
+DATA = pathlib.Path(__file__).resolve().parents[2] / "data" / "gadre2024" / "final_losses.csv"
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
