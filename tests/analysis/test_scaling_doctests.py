@@ -12,8 +12,7 @@ MODULES = [
     "analysis.scaling.multistart",
     "analysis.scaling.search",
     "analysis.scaling.fit_input",
-    "analysis.scaling",
-    "analysis.throughput_fit",
+    "analysis.scaling.fit",
     "analysis.scaling.report",
 ]
 
