@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
         written.append(out / "scaling_compute_optimal.csv")
         written += list(scaling_plots.write_figures(fit, out).values())
     else:
-        written.append(scaling_plots.plot_loss_vs_n(fit, out / scaling_plots.FIGURES["loss_vs_n"]))
+        written.append(scaling_plots.save(scaling_plots.loss_vs_n_figure(fit), out / scaling_plots.FIGURES["loss_vs_n"]))
     print("[[Written]]")
     for path in written:
         print(f"    {path}")

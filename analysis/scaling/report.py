@@ -162,7 +162,8 @@ def scaling_section(
     figs = (
         scaling_plots.write_figures(fit, out_dir)
         if opt is not None
-        else {"loss_vs_n": scaling_plots.plot_loss_vs_n(fit, out_dir / scaling_plots.FIGURES["loss_vs_n"])}
+        else {"loss_vs_n": scaling_plots.save(scaling_plots.loss_vs_n_figure(fit),
+                                          out_dir / scaling_plots.FIGURES["loss_vs_n"])}
     )
     captions = {
         "loss_vs_n": "Loss against N per D, fitted law",
