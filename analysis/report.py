@@ -1,241 +1,175 @@
-"""Report sections of the study. Each is ``(ctx) -> markdown``; ``study_sections`` lists them in order."""
+"""A study's ``report.md``, built from its results folder alone (no measuring).
+
+``build_report(path)`` (also ``python -m analysis report RESULTS_DIR``) loads what a study wrote
+into a :class:`StudyResults` once and calls the report's sections in order; each is one topic
+module's ``section(study) -> str`` (Markdown, ``## Title`` first) that writes its figures into the
+folder. A section that fails is reported in place, with its error and traceback, and the others
+are still written.
+
+What a study folder holds (``experiments.study`` writes it; every file but ``rows.csv`` may be
+missing, and each section says so when its input is):
+
+- ``rows.csv`` (+ ``rows.columns.json``): the measured sweep, one row per (configuration, repeat);
+- ``config.json``: the sweep's configuration and environment;
+- ``study.json``: preset, environment, seconds per stage (``stage_s``) and the errors of stages
+  that failed (``errors``: ``probes``, ``scaling``, ``memory``);
+- ``probe/rows.csv``: raw hierarchy-probe measurements;
+- ``scaling/rows.csv``: the scaling run;
+- ``memory.csv``: the footprint of each configuration (``experiments.memory``).
+"""
 
 from __future__ import annotations
 
-import importlib
+import argparse
+import dataclasses
+import json
+import sys
+import traceback
+from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
-from analysis import plots
-from memsim.knobs import KNOBS
+from experiments import results
+from memsim.knobs import ConfigError
 
-TABLE_COLS = list(KNOBS)
+__all__ = ["StudyResults", "build_report", "SECTIONS", "REPORT_FILE", "STUDY_FILE"]
 
+REPORT_FILE = "report.md"
+STUDY_FILE = "study.json"
 
-def md_table(df: pd.DataFrame, floatfmt: str = ".3g") -> str:
-    """A DataFrame as a GitHub Markdown table (no extra dependency)."""
-    def fmt(v):
-        if isinstance(v, (float, np.floating)):
-            return "" if np.isnan(v) else format(float(v), floatfmt)
-        return str(v)
-    head = "| " + " | ".join(map(str, df.columns)) + " |"
-    sep = "|" + "|".join("---" for _ in df.columns) + "|"
-    body = ["| " + " | ".join(fmt(v) for v in row) + " |" for row in df.itertuples(index=False)]
-    return "\n".join([head, sep, *body])
-
-
-def varying_knobs(rows: pd.DataFrame) -> list[str]:
-    return [k for k in TABLE_COLS if k in rows and rows[k].nunique(dropna=True) > 1]
+#: The report's sections in order: (title, module, function name). A section's function takes a
+#: StudyResults and returns Markdown; the title heads the failure note when it raises.
+SECTIONS = (
+    ("Machine and environment", "analysis.measured", "environment_section"),
+    ("Measured sweep", "analysis.measured", "section"),
+    ("Hierarchy", "analysis.hierarchy", "section"),
+    ("Memory", "analysis.memory", "section"),
+    ("Simulation", "analysis.simulation", "section"),
+    ("Scaling", "analysis.scaling", "section"),
+)
 
 
-def knob_effects(rows: pd.DataFrame) -> pd.DataFrame:
-    """For each varying knob: median samples/s at each level (over all other knobs), best/worst ratio.
+def _csv(path: Path) -> pd.DataFrame | None:
+    return results.read_csv_rows(path) if path.exists() else None
 
-    With per-configuration intervals (``samples_per_s_lo``/``_hi`` from ``experiments.results.summarize``)
-    the effect is ``within_noise`` when the median lower end at the best level does not reach above
-    the median upper end at the worst level: the levels' typical intervals overlap.
+
+@dataclasses.dataclass(frozen=True)
+class StudyResults:
+    """Everything a report section reads, loaded from a study's results folder.
+
+    Attributes:
+        path: the study's results folder; sections write their figures here.
+        rows: ``experiments.results.summarize(runs)``: one row per configuration.
+        runs: ``rows.csv``: one row per (configuration, repeat).
+        config: ``config.json`` ({} if absent).
+        meta: ``study.json`` (preset, environment, per-stage seconds, stage errors); {} if absent.
+        probe_raw: ``probe/rows.csv`` (raw probe measurements), None if not there.
+        scaling_rows: ``scaling/rows.csv``, None if not there.
+        memory: ``memory.csv``, None if not there.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> _ = (d / "study.json").write_text('{"preset": "smoke", "errors": {"scaling": "ValueError: x"}}')
+        >>> study = StudyResults.load(d)
+        >>> len(study.runs), study.meta["preset"], study.errors, study.memory is None
+        (0, 'smoke', {'scaling': 'ValueError: x'}, True)
+    """
+
+    path: Path
+    rows: pd.DataFrame
+    runs: pd.DataFrame
+    config: dict
+    meta: dict
+    probe_raw: pd.DataFrame | None = None
+    scaling_rows: pd.DataFrame | None = None
+    memory: pd.DataFrame | None = None
+
+    @property
+    def errors(self) -> dict:
+        """Stage name → error text of the study's stages that failed (``probes``, ``scaling``, ``memory``)."""
+        return dict(self.meta.get("errors") or {})
+
+    @classmethod
+    def load(cls, path) -> "StudyResults":
+        """Read a study folder.
+
+        Raises:
+            ConfigError: ``path`` is not a folder.
+        """
+        path = Path(path)
+        if not path.is_dir():
+            raise ConfigError(f"results folder {str(path)!r} does not exist or is not a folder; pass the folder "
+                              "a study wrote (e.g. results/cpu-2core/study)")
+        runs = _csv(path / "rows.csv")
+        runs = pd.DataFrame() if runs is None else runs
+        rows = results.summarize(runs) if len(runs) else runs
+
+        def read_json(name: str) -> dict:
+            p = path / name
+            return json.loads(p.read_text()) if p.exists() else {}
+
+        memory = pd.read_csv(path / "memory.csv") if (path / "memory.csv").exists() else None
+        return cls(path=path, rows=rows, runs=runs, config=read_json("config.json"), meta=read_json(STUDY_FILE),
+                   probe_raw=_csv(path / "probe" / "rows.csv"), scaling_rows=_csv(path / "scaling" / "rows.csv"),
+                   memory=memory)
+
+
+def _failure(title: str, e: Exception) -> str:
+    return (f"## {title}\n\nThis section failed: `{type(e).__name__}: {e}`\n\n<details><summary>traceback"
+            f"</summary>\n\n```\n{traceback.format_exc()}```\n</details>\n")
+
+
+def build_report(path) -> tuple[Path, list[tuple[str, str]]]:
+    """Rebuild ``report.md`` and its figures in a study's results folder, from the folder alone.
 
     Args:
-        rows: ok rows of a sweep, one per configuration.
+        path: the folder a study wrote (``rows.csv`` and friends, see the module docstring).
 
     Returns:
-        One row per knob: knob, best level, worst level, their median samples/s and ``ratio``,
-        ``within_noise`` (NA without intervals), sorted by ratio (largest effect first).
+        The report's path, and the (title, error) of each section that failed (empty when all
+        were written).
 
-    >>> df = pd.DataFrame({"num_workers": [0, 0, 2, 2], "feed": ["a", "b", "a", "b"],
-    ...                    "samples_per_s": [100.0, 110.0, 200.0, 210.0],
-    ...                    "samples_per_s_lo": [95.0, 100.0, 190.0, 200.0],
-    ...                    "samples_per_s_hi": [105.0, 120.0, 210.0, 220.0]})
-    >>> eff = knob_effects(df)
-    >>> [(r.knob, str(r.best), str(r.worst), round(float(r.ratio), 3), bool(r.within_noise)) for r in eff.itertuples()]
-    [('num_workers', '2', '0', 1.952, False), ('feed', 'b', 'a', 1.067, True)]
+    Raises:
+        ConfigError: ``path`` is not a folder.
     """
-    out = []
-    has_ci = {"samples_per_s_lo", "samples_per_s_hi"} <= set(rows.columns)
-    for k in [c for c in TABLE_COLS if c in rows and rows[c].nunique(dropna=True) > 1]:
-        g = rows.groupby(k)
-        med = g["samples_per_s"].median()
-        best, worst = med.idxmax(), med.idxmin()
-        noise = pd.NA
-        if has_ci:
-            noise = bool(g["samples_per_s_lo"].median()[best] <= g["samples_per_s_hi"].median()[worst])
-        out.append({"knob": k, "best": best, "worst": worst, "best_samples_per_s": med.max(),
-                    "worst_samples_per_s": med.min(), "ratio": med.max() / med.min(), "levels": len(med),
-                    "within_noise": noise})
-    return pd.DataFrame(out).sort_values("ratio", ascending=False, ignore_index=True) if out else pd.DataFrame()
+    import importlib
 
-
-def within_noise_of_best(rows: pd.DataFrame) -> pd.DataFrame:
-    """The configurations whose samples/s interval overlaps the best configuration's.
-
-    >>> df = pd.DataFrame({"c": ["a", "b", "c"], "samples_per_s": [100.0, 97.0, 80.0],
-    ...                    "samples_per_s_lo": [98.0, 95.0, 78.0], "samples_per_s_hi": [103.0, 99.0, 82.0]})
-    >>> list(within_noise_of_best(df).c)
-    ['b']
-    """
-    if not len(rows) or not {"samples_per_s_lo", "samples_per_s_hi"} <= set(rows.columns):
-        return rows.iloc[:0]
-    best = rows.loc[rows.samples_per_s.idxmax()]
-    others = rows.drop(index=best.name)
-    return others[others.samples_per_s_hi >= best.samples_per_s_lo]
-
-
-def _ci(v, lo, hi, fmt="{:.0f}") -> str:
-    if lo != lo or hi != hi:
-        return fmt.format(v)
-    return f"{fmt.format(v)} [{fmt.format(lo)}, {fmt.format(hi)}]"
-
-
-def environment_section(ctx) -> str:
-    e = ctx.environment
-    keys = ["platform", "device_kind", "device_count", "cpu_count", "python", "jax_version", "jaxlib_version",
-            "flax_version", "optax_version", "grain_version", "numpy_version", "pandas_version", "git_commit"]
-    df = pd.DataFrame({"field": keys, "value": [e.get(k, "") for k in keys]})
-    cfg = ctx.cfg
-    text = (f"## Machine and environment\n\nPreset `{ctx.preset}`; {len(ctx.rows)} configurations"
-            f" × {getattr(cfg, 'repeats', 1)} repeats; measured sweep wall time {ctx.wall_s:.0f} s.\n\n")
-    if hasattr(cfg, "min_measure_s"):
-        text += (f"Each run warms up (at least {cfg.warmup_steps} step(s), until the step time is steady or "
-                 f"{cfg.max_warmup_s:g} s) and then measures for at least {cfg.min_steps} steps and "
-                 f"{cfg.min_measure_s:g} s, for the fed loop and again for the device-resident bound (the same "
-                 "compiled step on a batch already on the device, with the loader's workers and threads "
-                 "stopped). Repeats run round-robin over the configurations in a seeded shuffled order, so "
-                 "a drifting machine spreads over all of them.\n\n")
-    text += repeatability_text(ctx.rows) + "\n\n" + md_table(df) + "\n"
-    return text
-
-
-def repeatability_text(rows: pd.DataFrame) -> str:
-    """One paragraph on the sweep's noise: median CV of samples/s and of the bound over configurations."""
-    if "samples_per_s_cv" not in rows or not rows["samples_per_s_cv"].notna().any():
-        return "**Repeatability:** one run per configuration, so no interval: differences below ~15% may be noise."
-    cv = float(rows["samples_per_s_cv"].median())
-    cvb = float(rows["device_resident_samples_per_s_cv"].median()) if "device_resident_samples_per_s_cv" in rows \
-        else float("nan")
-    worst = rows.loc[rows["samples_per_s_cv"].idxmax()]
-    cov = float(rows["interval_coverage"].median()) if "interval_coverage" in rows else float("nan")
-    n = int(rows["repeats"].median()) if "repeats" in rows else 0
-    return (f"**Repeatability:** median CV over configurations of samples/s **{cv:.1%}**, of the "
-            f"device-resident bound {cvb:.1%} (largest samples/s CV {float(worst.samples_per_s_cv):.1%}). "
-            f"Intervals below are the distribution-free interval of the median over {n} repeats "
-            f"([min, max] of the repeats; it covers the median with probability {cov:.0%}). "
-            "A difference is called within noise where two intervals overlap.")
-
-
-def measured_section(ctx) -> str:
-    rows = ctx.rows
-    failed = rows[rows.status != "ok"] if len(rows) else rows
-    ok = rows[rows.status == "ok"].copy() if len(rows) else rows
-    lines = ["## Measured sweep", ""]
-    if not len(ok):
-        return "\n".join(lines + ["No configuration finished successfully."])
-    grid = ok[ok["design"] == "grid"] if "design" in ok else ok
-    sample = ok[ok["design"] == "sample"] if "design" in ok else ok.iloc[:0]
-    vary = varying_knobs(grid)
-    fixed = {k: grid[k].iloc[0] for k in TABLE_COLS if k in grid and k not in vary}
-    lines.append("Fixed across the grid: " + ", ".join(f"`{k}={v}`" for k, v in fixed.items()) + ".")
-    lines.append(f"Model: {grid.model.iloc[0]} width {grid.width.iloc[0]} depth {grid.depth.iloc[0]} "
-                 f"({int(grid.params.iloc[0]):,} parameters); compile time excluded and recorded apart.")
-    lines.append("")
-    lines.append("`samples_per_s`: median over repeats [interval]. `data_wait_frac`: share of the step loop "
-                 "spent waiting for the next device batch. `feed_efficiency`: samples/s divided by the same "
-                 "step's rate on a batch already on the device, measured in the same run with the loader stopped.")
-    lines.append("")
-    lines += _config_table(grid, vary)
-    best = grid.loc[grid.samples_per_s.idxmax()]
-    lines += ["", "### Best configuration", ""]
-    close = within_noise_of_best(grid)
-    lines.append(", ".join(f"`{k}={best[k]}`" for k in vary) +
-                 f": **{_ci(best.samples_per_s, best.get('samples_per_s_lo', np.nan), best.get('samples_per_s_hi', np.nan))}"
-                 f" samples/s**, data_wait_frac {best.data_wait_frac:.3f}, feed_efficiency {best.feed_efficiency:.3f} "
-                 f"(device-resident bound {best.device_resident_samples_per_s:.0f} samples/s).")
-    if len(close):
-        lines.append("")
-        lines.append(f"Within noise of it ({len(close)}; their intervals overlap): " + "; ".join(
-            ", ".join(f"`{k}={r[k]}`" for k in vary) + f" ({r.samples_per_s:.0f})" for _, r in close.iterrows())
-            + ". The data cannot rank these against the best.")
-    elif "samples_per_s_lo" in grid:
-        lines.append("")
-        lines.append("No other configuration's interval reaches it: it is best beyond noise.")
-    eff = knob_effects(grid)
-    if len(eff):
-        top = eff.iloc[0]
-        verdict = "" if pd.isna(top.within_noise) else (
-            " — **within noise**: the levels' intervals overlap" if bool(top.within_noise) else " — beyond noise")
-        lines += ["", "### Which knob moved throughput most", "",
-                  f"**{top.knob}**: median samples/s {top.worst_samples_per_s:.0f} at `{top.knob}={top.worst}` → "
-                  f"{top.best_samples_per_s:.0f} at `{top.knob}={top.best}` (×{top.ratio:.2f}, medians over the "
-                  f"other knobs){verdict}.", "", md_table(eff)]
-    if len(sample):
-        svary = [k for k in TABLE_COLS if k in sample and sample[k].nunique() > 1]
-        lines += ["", "### Designed sample", "",
-                  f"{len(sample)} configurations drawn over the other knobs (each level used about equally "
-                  "often, combined at random, seeded), so that a model calibrated on this study sees every "
-                  "knob move. Each is one point, not a controlled comparison: read effects from the grid.", ""]
-        lines += _config_table(sample, svary)
-    flagged = ok[ok["bound_exceeded"].fillna(False).astype(bool)] if "bound_exceeded" in ok else ok.iloc[:0]
-    lines += ["", "### Device-resident bound check", ""]
-    if len(flagged):
-        lines.append(f"**{len(flagged)} configuration(s) beat their own bound beyond the interval** "
-                     "(`bound_exceeded`): the bound was measured while something else competed for the host, so "
-                     "their feed_efficiency is not trustworthy: " + "; ".join(
-                         ", ".join(f"`{k}={r[k]}`" for k in vary) for _, r in flagged.iterrows()) + ".")
-    else:
-        hi = float(ok["feed_efficiency_hi"].max()) if "feed_efficiency_hi" in ok else float("nan")
-        lines.append(f"No configuration beat its device-resident bound beyond its interval (largest "
-                     f"feed_efficiency upper end {hi:.3f}).")
-    figs = []
-    if {"num_workers", "prefetch_buffer_size", "feed"} <= set(grid.columns):
-        p1 = plots.throughput_by_knob(grid, "num_workers", "prefetch_buffer_size", ctx.out_dir / "samples_vs_num_workers.png")
-        p2 = plots.throughput_by_knob(grid, "prefetch_buffer_size", "num_workers", ctx.out_dir / "samples_vs_prefetch.png")
-        figs = [p1, p2]
-    if figs:
-        lines += ["", "### Figures", ""] + [f"![{p.stem}]({p.name})" for p in figs]
-    if len(failed):
-        lines += ["", "### Failed configurations", "",
-                  md_table(failed[[c for c in vary + ["error"] if c in failed]])]
-    return "\n".join(lines) + "\n"
-
-
-def _config_table(df: pd.DataFrame, knobs: list[str]) -> list[str]:
-    t = df.sort_values("samples_per_s", ascending=False)
-    out = t[knobs].copy()
-    has_ci = "samples_per_s_lo" in t
-    out["samples_per_s"] = [_ci(r.samples_per_s, r.get("samples_per_s_lo", np.nan), r.get("samples_per_s_hi", np.nan))
-                            for _, r in t.iterrows()]
-    if has_ci:
-        out["cv"] = t["samples_per_s_cv"].map(lambda v: "" if v != v else f"{v:.1%}")
-    out["data_wait_frac"] = t["data_wait_frac"]
-    out["feed_efficiency"] = [_ci(r.feed_efficiency, r.get("feed_efficiency_lo", np.nan),
-                                  r.get("feed_efficiency_hi", np.nan), "{:.3f}") for _, r in t.iterrows()]
-    out["bound samples/s"] = t["device_resident_samples_per_s"]
-    out["step_time_median_s"] = t["step_time_median_s"]
-    if "bound_exceeded" in t and t["bound_exceeded"].fillna(False).any():
-        out["flag"] = t["bound_exceeded"].map(lambda b: "bound exceeded" if b else "")
-    return [md_table(out)]
-
-
-def _plugin(module: str, fn: str, title: str):
-    """A section from a later stage's module; absent modules are skipped, not faked."""
-    def section(ctx) -> str:
+    study = StudyResults.load(path)
+    parts = [f"# memsim study — {study.path.name}\n"]
+    failed: list[tuple[str, str]] = []
+    for title, module, fn in SECTIONS:
         try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as e:
-            if e.name == module:
-                return ""
-            raise
-        return getattr(mod, fn)(ctx)
-    section.__name__ = title
-    return section
+            text = getattr(importlib.import_module(module), fn)(study)
+        except Exception as e:  # noqa: BLE001 — one broken section must not lose the report
+            print(f"warning: report section {title!r} failed: {type(e).__name__}: {e}", file=sys.stderr)
+            failed.append((title, f"{type(e).__name__}: {e}"))
+            text = _failure(title, e)
+        if text:
+            parts.append(text.rstrip() + "\n")
+    out = study.path / REPORT_FILE
+    tmp = out.with_name(REPORT_FILE + ".tmp")
+    tmp.write_text("\n".join(parts))
+    tmp.replace(out)
+    return out, failed
 
 
-def study_sections():
-    return [
-        ("Machine and environment", environment_section),
-        ("Measured sweep", measured_section),
-        ("Hierarchy", _plugin("analysis.study_hierarchy", "section", "Hierarchy")),
-        ("Memory", _plugin("analysis.study_memory", "section", "Memory")),
-        ("Simulation", _plugin("analysis.study_simulation", "section", "Simulation")),
-        ("Scaling", _plugin("analysis.study_scaling", "section", "Scaling")),
-    ]
+# ``python -m analysis report RESULTS_DIR`` (registered in analysis/__main__.py)
+HELP = "rebuild report.md and its figures from a study's results folder (no measuring)"
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("results_dir", metavar="RESULTS_DIR", help="the folder a study wrote, e.g. results/cpu-2core/study")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        path, failed = build_report(args.results_dir)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"report: {path}")
+    if failed:
+        print("error: report section(s) failed: " + "; ".join(f"{n}: {e}" for n, e in failed), file=sys.stderr)
+        return 1
+    return 0

@@ -64,8 +64,8 @@ import numpy as np
 import pandas as pd
 from scipy import optimize
 
-from analysis import scaling
-from analysis import scaling_search as ss
+from analysis.scaling import fit as scaling
+from analysis.scaling import search as ss
 
 PUBLISHED = dict(E=1.69, A=406.4, B=410.7, alpha=0.34, beta=0.28)
 
@@ -89,7 +89,7 @@ def isoflop_table(points: int = 250, noise: float = 0.02, seed: int = 0) -> pd.D
 
 
 def _numpy_objective(z: np.ndarray, y: np.ndarray, delta: float):
-    """The same objective as ``analysis.scaling_search.lse_huber``, numpy, with its gradient."""
+    """The same objective as ``analysis.scaling.search.lse_huber``, numpy, with its gradient."""
 
     def fg(t):
         u = np.stack([t[0] - t[1] * z[0], t[2] - t[3] * z[1], np.full(y.shape, t[4])])

@@ -1,4 +1,3 @@
-import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -7,6 +6,7 @@ import pytest
 from matplotlib.figure import Figure
 
 import analysis.links as links
+from analysis.report import StudyResults
 from analysis.hierarchy import (comparison_hierarchies, draw_pyramid, fits_table, probe_table, pyramid_figure,
                                 save_pyramid, section, section_from_tables)
 from memsim.hierarchy import Hierarchy
@@ -16,12 +16,10 @@ from memsim.units import format_rate
 REPO = Path(__file__).resolve().parents[2]
 
 
-@dataclasses.dataclass(frozen=True)
-class Study:
-    """The attributes of analysis.report.StudyResults that the Hierarchy section reads."""
-    path: Path
-    probe_raw: pd.DataFrame | None = None
-    errors: dict = dataclasses.field(default_factory=dict)
+def Study(path: Path, probe_raw: pd.DataFrame | None = None, errors: dict | None = None) -> StudyResults:
+    """A study folder's results with only what the Hierarchy section reads filled in."""
+    return StudyResults(path=path, rows=pd.DataFrame(), runs=pd.DataFrame(), config={},
+                        meta={"errors": errors or {}}, probe_raw=probe_raw)
 
 
 def md_rows(md: str, first_cell: str) -> list[list[str]]:

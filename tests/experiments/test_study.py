@@ -1,3 +1,4 @@
+import json
 import subprocess
 import sys
 
@@ -28,4 +29,14 @@ def test_study_writes_report_with_table_and_figures(tmp_path, data_cache):
     for png in ("samples_vs_num_workers.png", "samples_vs_prefetch.png", "hierarchy_pyramid.png", "memory_footprint.png"):
         assert (d / png).stat().st_size > 5000 and f"]({png})" in report
     assert (d / "config.json").exists() and (d / "probe" / "rows.csv").exists() and (d / "memory.csv").exists()
+    meta = json.loads((d / "study.json").read_text())  # what the report needs beyond the rows
+    assert meta["preset"] == "smoke" and meta["errors"] == {} and meta["environment"]["platform"]
+    assert list(meta["stage_s"]) == ["sweep", "probes", "scaling", "memory"] and meta["stage_s"]["sweep"] > 0
+    assert "Preset `smoke`; 2 configurations × 2 repeats; measured sweep wall time" in report
+    # the report is rebuilt from the folder alone, as the study wrote it
+    (d / "report.md").unlink()
+    p = subprocess.run([sys.executable, "-m", "analysis", "report", str(d)], cwd=REPO, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert (d / "report.md").read_text() == report
     assert len(load(d / "scaling")) == 4 and "No fit" in report  # smoke: 4 points for 5 parameters

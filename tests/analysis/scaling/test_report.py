@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import scaling_plots
-from analysis.fit_input import FitInputError
-from analysis.scaling_section import SECTION_BOOTSTRAP, scaling_section
+from analysis.scaling import plots as scaling_plots
+from analysis.scaling.fit_input import FitInputError
+from analysis.scaling.report import SECTION_BOOTSTRAP, scaling_section
 
 
 def quick_run_rows(seed: int = 0) -> pd.DataFrame:
@@ -24,7 +26,7 @@ def test_section_on_a_small_table(tmp_path):
     assert lines[0] == "## Scaling"
     assert "15 runs" in md and "Few rows" in md  # warns: 15 rows for 5 parameters
     assert "8 bootstrap resamples" in md and "fewer than the 1,000" in md
-    assert "| param | value | stderr | 95% interval |" in md
+    assert re.search(r"^\| param +\| value +\| stderr +\| 95% interval +\|$", md, re.M)
     assert "### Compute-optimal allocation" in md and "a = β/(α+β)" in md
     for name in scaling_plots.FIGURES.values():
         assert f"]({name})" in md  # linked by file name
@@ -47,3 +49,18 @@ def test_section_raises_on_bad_rows(tmp_path):
     rows.loc[4, "val_loss"] = np.nan
     with pytest.raises(FitInputError, match=r"'val_loss' has NaN at rows \[4\]"):
         scaling_section(rows, tmp_path)
+
+
+def test_study_section_reports_a_failed_scaling_stage_and_an_absent_run(tmp_path):
+    from analysis.report import StudyResults
+    from analysis.scaling import section
+
+    def study(meta, rows=None):
+        return StudyResults(path=tmp_path, rows=pd.DataFrame(), runs=pd.DataFrame(), config={}, meta=meta,
+                            scaling_rows=rows)
+
+    with pytest.raises(RuntimeError, match="the scaling run failed: ValueError: nan loss"):
+        section(study({"errors": {"scaling": "ValueError: nan loss"}}, quick_run_rows()))
+    md = section(study({}))
+    assert md.startswith("## Scaling") and "No scaling run in this study" in md
+    assert not list(tmp_path.iterdir())  # nothing fitted, nothing drawn

@@ -17,7 +17,7 @@ How the search runs:
    are the mean and standard deviation of log X_k over the rows. This is a linear bijection:
    every grid start is the same point and every optimum the same optimum, but c and α are no
    longer nearly collinear (log N ≈ 20 ± 2), which cuts the iterations L-BFGS needs.
-2. **Search, float32.** Every start of every resample runs in ``analysis.multistart`` (one
+2. **Search, float32.** Every start of every resample runs in ``analysis.scaling.multistart`` (one
    vmapped L-BFGS lane per start, float32, relative ``ftol`` 1e-6, at most 300 iterations:
    the few starts that crawl longer are heading for poor local optima and are reported as not
    converged).
@@ -39,8 +39,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from analysis import batched_lbfgs as bl
-from analysis import multistart
+from analysis.scaling import batched_lbfgs as bl
+from analysis.scaling import multistart
 
 #: Hoffmann et al. (2022) Approach 3 grid, in the order (a, α, b, β, e): 6·5·6·5·5 = 4,500.
 CHINCHILLA_GRID = {
@@ -199,19 +199,6 @@ def resample_rows(z: np.ndarray, y: np.ndarray, counts: np.ndarray, dtype) -> di
     return dict(z=out_z, y=out_y, w=out_w)
 
 
-def objective_value(raw: np.ndarray, log_x: np.ndarray, log_y: np.ndarray, delta: float, counts=None) -> float:
-    """Objective (sum of Huber losses) at raw parameters, in float64 (for checks and reports)."""
-    st = Standardizer.from_log_x(log_x)
-    w = np.ones_like(log_y) if counts is None else np.asarray(counts, np.float64)
-    with jax.enable_x64(True):
-        f, _ = jax.jit(lse_huber)(
-            jnp.asarray(st.to_internal(raw)),
-            dict(z=jnp.asarray(st.z(log_x)), y=jnp.asarray(log_y, jnp.float64), w=jnp.asarray(w)),
-            dict(delta=jnp.asarray(delta, jnp.float64)),
-        )
-        return float(f)
-
-
 def search(
     log_x: np.ndarray,
     log_y: np.ndarray,
@@ -237,7 +224,7 @@ def search(
         polish_k: best starts per resample refined in float64.
         reach_rtol: relative objective tolerance for counting starts that reached the best.
         search_tol: stopping tests of the float32 search.
-        lanes: L-BFGS runs in flight at once (see ``analysis.multistart``).
+        lanes: L-BFGS runs in flight at once (see ``analysis.scaling.multistart``).
         compile_only: compile the search and the polish for these shapes and return None.
 
     Returns:

@@ -14,7 +14,7 @@ Each resample brings its own rows (``rows``: a pytree with a leading resample ax
 distinct rows a bootstrap resample drew, with their counts as weights, padded with zero weights
 to a common length): a lane copies its resample's rows when it takes a run, so the objective
 reads only the rows that resample holds. Every iteration of every lane is one evaluation of
-``value_and_grad(x, rows_of_its_resample, shared)`` (see ``analysis.batched_lbfgs``); a lane
+``value_and_grad(x, rows_of_its_resample, shared)`` (see ``analysis.scaling.batched_lbfgs``); a lane
 given a fresh start spends its next evaluation at that start. Nothing here reads a clock or
 leaves the device until the loop ends.
 """
@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from analysis import batched_lbfgs as bl
+from analysis.scaling import batched_lbfgs as bl
 
 
 class MultiStartResult(NamedTuple):

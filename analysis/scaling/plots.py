@@ -1,7 +1,9 @@
 """Figures of scaling-law fits: loss against N per D, IsoFLOP curves, the compute-optimal frontier.
 
-Matplotlib's object API with the Agg canvas (no pyplot, no global backend switch), one PNG per
-figure. File names are fixed (:data:`FIGURES`) so reports can link them.
+Matplotlib's object API with the Agg canvas (no pyplot, no global backend switch). Each
+``*_figure`` function returns the ``Figure`` (a notebook shows it, a test reads its axes);
+:func:`save` writes one PNG and :func:`write_figures` all three under fixed file names
+(:data:`FIGURES`) so reports can link them.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from matplotlib import colors
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from analysis.scaling import ComputeOptimal, ScalingFit, compute_optimal
+from analysis.scaling.fit import ComputeOptimal, ScalingFit, compute_optimal
 
 #: figure key -> file name
 FIGURES = {
@@ -25,7 +27,8 @@ FIGURES = {
 }
 
 
-def _save(fig: Figure, path: pathlib.Path) -> pathlib.Path:
+def save(fig: Figure, path: pathlib.Path) -> pathlib.Path:
+    """Write ``fig`` as a PNG at ``path`` (folders created) and return the path."""
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     FigureCanvasAgg(fig)
@@ -57,7 +60,7 @@ def _predict(fit: ScalingFit, n, d) -> np.ndarray:
     return fit.predict(pd.DataFrame({fit.columns["n"]: n, fit.columns["d"]: d})).to_numpy()
 
 
-def plot_loss_vs_n(fit: ScalingFit, path: pathlib.Path) -> pathlib.Path:
+def loss_vs_n_figure(fit: ScalingFit) -> Figure:
     """Measured loss against N on log-log axes, one colour per D level, with the fitted law at
     each level (D levels: the distinct D values if at most 6, else 6 log-spaced bins)."""
     cols = fit.columns
@@ -86,7 +89,7 @@ def plot_loss_vs_n(fit: ScalingFit, path: pathlib.Path) -> pathlib.Path:
     ax.set_title("Loss against N per D; lines: fitted law\n" + _title(fit), fontsize=9)
     ax.legend(fontsize=7, ncol=2)
     ax.grid(True, which="both", alpha=0.25)
-    return _save(fig, path)
+    return fig
 
 
 def _flops_levels(fit: ScalingFit, k: int = 6) -> np.ndarray:
@@ -94,7 +97,7 @@ def _flops_levels(fit: ScalingFit, k: int = 6) -> np.ndarray:
     return np.geomspace(c.min(), c.max(), k)
 
 
-def plot_isoflop(fit: ScalingFit, path: pathlib.Path, flops: np.ndarray | None = None) -> pathlib.Path:
+def isoflop_figure(fit: ScalingFit, flops: np.ndarray | None = None) -> Figure:
     """IsoFLOP curves: fitted loss against N along D = C/(6N) for several budgets C, with the
     fitted minimum (N_opt) marked and the runs whose 6·N·D falls in each budget's bin."""
     cols = fit.columns
@@ -126,10 +129,10 @@ def plot_isoflop(fit: ScalingFit, path: pathlib.Path, flops: np.ndarray | None =
                  fontsize=9)
     ax.legend(fontsize=7)
     ax.grid(True, which="both", alpha=0.25)
-    return _save(fig, path)
+    return fig
 
 
-def plot_frontier(fit: ScalingFit, path: pathlib.Path, opt: ComputeOptimal | None = None) -> pathlib.Path:
+def frontier_figure(fit: ScalingFit, opt: ComputeOptimal | None = None) -> Figure:
     """Compute-optimal N and D against C, with the bootstrap interval band when the fit has
     one, and the runs (N and D against their 6·N·D) for reference."""
     cols = fit.columns
@@ -159,14 +162,14 @@ def plot_frontier(fit: ScalingFit, path: pathlib.Path, opt: ComputeOptimal | Non
         ax.grid(True, which="both", alpha=0.25)
         ax.legend(fontsize=7)
     fig.suptitle("Compute-optimal frontier: " + _title(fit), fontsize=9)
-    return _save(fig, path)
+    return fig
 
 
 def write_figures(fit: ScalingFit, out_dir: pathlib.Path, opt: ComputeOptimal | None = None) -> dict[str, pathlib.Path]:
     """Write all three figures of a Chinchilla fit into ``out_dir``; returns key -> path."""
     out_dir = pathlib.Path(out_dir)
     return {
-        "loss_vs_n": plot_loss_vs_n(fit, out_dir / FIGURES["loss_vs_n"]),
-        "isoflop": plot_isoflop(fit, out_dir / FIGURES["isoflop"]),
-        "frontier": plot_frontier(fit, out_dir / FIGURES["frontier"], opt),
+        "loss_vs_n": save(loss_vs_n_figure(fit), out_dir / FIGURES["loss_vs_n"]),
+        "isoflop": save(isoflop_figure(fit), out_dir / FIGURES["isoflop"]),
+        "frontier": save(frontier_figure(fit, opt), out_dir / FIGURES["frontier"]),
     }

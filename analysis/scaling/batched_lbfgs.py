@@ -26,7 +26,7 @@ start) while each iteration costs less (the two-loop recursion is a good part of
 
 The iteration is split into :func:`propose` (the trial point) and :func:`update` (accept or
 shrink, store the curvature pair, test convergence) so that a scheduler can evaluate the
-objective itself, e.g. at a fresh start instead of a trial point (see ``analysis.multistart``).
+objective itself, e.g. at a fresh start instead of a trial point (see ``analysis.scaling.multistart``).
 """
 
 from __future__ import annotations
@@ -214,7 +214,7 @@ def minimize(
 
     Traceable: call it inside ``jax.jit``. The starts are batched with ``jax.vmap``; the
     iteration loop is a ``lax.while_loop`` that ends when every start has stopped, so the
-    slowest start sets the cost (``analysis.multistart`` streams starts through a fixed number
+    slowest start sets the cost (``analysis.scaling.multistart`` streams starts through a fixed number
     of lanes instead, for large batches).
 
     Args:

@@ -1,12 +1,13 @@
 """The study report's "## Simulation" section: the simulated pipeline beside the measured one.
 
-``simulation_section(measured, out_dir)`` simulates (``memsim.pipeline``) the configurations that
+``section(study)`` is the report's entry; ``simulation_section(measured, out_dir)`` simulates (``memsim.pipeline``) the configurations that
 were measured and a sweep over the same knobs, states where the simulation lies between the
 analytic bounds, shows one configuration's timeline, the dataset-cache hit rates
 (``memsim.cache``) and the throughput lost to host-to-host variance (``memsim.multihost``).
 Service times come from the measured rows where they hold them (per-sample decode + augment time,
 the device-resident step time, image size); everything else is a documented default, and the
-text says which is which.
+text says which is which. The figures (``heatmap_figure``, ``timeline_figure``, ``hit_rate_figure``,
+``many_hosts_figure``) return matplotlib Figures.
 """
 
 from __future__ import annotations
@@ -15,14 +16,20 @@ import dataclasses
 import math
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
+import matplotlib
 
-from analysis import sim_plots
-from memsim import cache as cache_lib
-from memsim.knobs import ConfigError
-from memsim.multihost import many_hosts
-from memsim.pipeline import FIELDS, PipelineConfig, check_scalar, simulate_trace, sweep
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from analysis.figures import save  # noqa: E402
+from analysis.tables import md_table  # noqa: E402
+from memsim import cache as cache_lib  # noqa: E402
+from memsim.knobs import ConfigError  # noqa: E402
+from memsim.multihost import many_hosts  # noqa: E402
+from memsim.pipeline import FIELDS, PipelineConfig, check_scalar, simulate_trace, sweep  # noqa: E402
 
 HEATMAP_FILE = "sim_throughput_heatmap.png"
 TIMELINE_FILE = "sim_timeline.png"
@@ -117,11 +124,9 @@ def _fmt(v, digits=3) -> str:
 
 
 def _table(df: pd.DataFrame) -> str:
-    lines = ["| " + " | ".join(df.columns) + " |", "| " + " | ".join("---" for _ in df.columns) + " |"]
-    for row in df.itertuples(index=False):
-        lines.append("| " + " | ".join(_fmt(v) if isinstance(v, (float, np.floating)) else str(v)
-                                      for v in row) + " |")
-    return "\n".join(lines)
+    """Markdown with floats to 3 significant digits and non-finite ones as "–"."""
+    return md_table(pd.DataFrame({c: [_fmt(v) if isinstance(v, (float, np.floating)) else str(v) for v in df[c]]
+                                  for c in df.columns}))
 
 
 def _measured_vs_simulated(ok: pd.DataFrame, service: pd.DataFrame, base: PipelineConfig,
@@ -252,8 +257,8 @@ def simulation_section(measured: pd.DataFrame | None, out_dir: Path) -> str:
     sim.to_csv(out_dir / SWEEP_CSV, index=False)
     x = "num_workers" if sim["num_workers"].nunique() > 1 or "num_workers" in grid else "feed"
     y = "prefetch_buffer_size"
-    sim_plots.throughput_heatmap(sim, out_dir / HEATMAP_FILE, x=x, y=y,
-                                 panel="feed" if sim["feed"].nunique() > 1 else None)
+    save(heatmap_figure(sim, x=x, y=y, panel="feed" if sim["feed"].nunique() > 1 else None),
+         out_dir / HEATMAP_FILE, bbox_inches="tight")
     best = sim.loc[sim["samples_per_s"].idxmax()]
     worst = sim.loc[sim["samples_per_s"].idxmin()]
     pos = sim["bound_position"].clip(lower=-1, upper=2)
@@ -277,9 +282,9 @@ def simulation_section(measured: pd.DataFrame | None, out_dir: Path) -> str:
     cfg = PipelineConfig(**{k: pick[k] for k in FIELDS if k in pick and k in grid},
                          **{k: getattr(base, k) for k in FIELDS if k not in grid})
     tr = simulate_trace(cfg, 60)
-    sim_plots.timeline(tr, out_dir / TIMELINE_FILE, max_items=40,
-                       title=f"{', '.join(f'{k}={pick[k]}' for k in grid)}: data wait "
-                             f"{pick['data_wait_frac']:.0%} (simulated)")
+    save(timeline_figure(tr, max_items=40, title=f"{', '.join(f'{k}={pick[k]}' for k in grid)}: data wait "
+                                                 f"{pick['data_wait_frac']:.0%} (simulated)"),
+         out_dir / TIMELINE_FILE, bbox_inches="tight")
     lines += ["### Timeline", "",
               f"The configuration of the grid that waits longest for data "
               f"({', '.join(f'{k}={pick[k]}' for k in grid)}; bottleneck: {pick['bottleneck']}; "
@@ -294,7 +299,7 @@ def simulation_section(measured: pd.DataFrame | None, out_dir: Path) -> str:
     window = max(1, n_records // 16)
     cdf = cache_lib.cache_sweep(n_records, rec, [f * n_records * rec for f in fracs], epochs=3,
                                 window=window, seed=0)
-    sim_plots.hit_rate_plot(cdf, out_dir / CACHE_FILE)
+    save(hit_rate_figure(cdf), out_dir / CACHE_FILE)
     half = cdf[(cdf.epoch >= 2) & (np.isclose(cdf.cache_fraction, 0.5))]
     tab = half.groupby(["pattern", "policy"])[["hit_rate", "closed_form_hit_rate"]].mean().reset_index()
     tab.columns = ["pattern", "policy", "hit rate (trace)", "closed form"]
@@ -323,9 +328,8 @@ def simulation_section(measured: pd.DataFrame | None, out_dir: Path) -> str:
     hot = dataclasses.replace(hcfg, transform_s=hcfg.transform_s * scale,
                               transform_dist=f"lognormal:{cv_sample:g}")
     hosts_hot = many_hosts(hot, n_items=N_ITEMS)
-    sim_plots.many_hosts_plot({"this pipeline": hosts,
-                               f"what-if: transform ×{scale:.2g}, per-batch cv 0.5": hosts_hot},
-                              out_dir / HOSTS_FILE)
+    save(many_hosts_figure({"this pipeline": hosts,
+                            f"what-if: transform ×{scale:.2g}, per-batch cv 0.5": hosts_hot}), out_dir / HOSTS_FILE)
     last, last_hot = hosts.iloc[-1], hosts_hot.iloc[-1]
     lines += ["### Many hosts", "",
               f"N hosts each running one pipeline ({', '.join(f'{k}={hrow[k]}' for k in grid)}: the "
@@ -339,3 +343,192 @@ def simulation_section(measured: pd.DataFrame | None, out_dir: Path) -> str:
               f"deterministic service times lose nothing.",
               "", f"![Throughput against hosts]({HOSTS_FILE})", ""]
     return "\n".join(lines)
+
+
+def section(study) -> str:
+    """The report's "## Simulation" section of a study (``analysis.report.StudyResults``): the
+    configurations that finished, simulated beside the measured ones; figures go to ``study.path``."""
+    rows = study.rows
+    ok = rows[rows.status == "ok"] if len(rows) and "status" in rows else rows
+    return simulation_section(ok, study.path)
+
+
+# Figures (matplotlib, Agg backend). Each takes a DataFrame produced by ``memsim``
+# (``pipeline.sweep``, ``pipeline.simulate_trace``, ``cache.cache_sweep``, ``multihost.many_hosts``)
+# and returns the Figure; a missing column raises ``KeyError`` naming it.
+
+
+def _need(df: pd.DataFrame, cols, what: str) -> None:
+    if not isinstance(df, pd.DataFrame):
+        raise TypeError(f"{what}: expected a pandas DataFrame, got {type(df).__name__}")
+    missing = [c for c in cols if c not in df.columns]
+    if missing:
+        raise KeyError(f"{what}: column(s) {missing} missing; have {list(df.columns)}")
+    if len(df) == 0:
+        raise ValueError(f"{what}: the DataFrame has no rows")
+
+
+def heatmap_figure(sweep: pd.DataFrame, x: str = "num_workers",
+                   y: str = "prefetch_buffer_size", value: str = "samples_per_s",
+                   panel: str | None = "feed") -> Figure:
+    """Heat map of ``value`` over ``x`` × ``y`` (median over the other knobs), one panel per ``panel``.
+
+    Args:
+        sweep: rows of ``memsim.pipeline.sweep``.
+        x, y: knobs on the axes.
+        value: the column shown (cell labels give its median).
+        panel: knob splitting the figure into panels (None: one panel).
+
+    Returns:
+        The figure (``analysis.figures.save`` writes it).
+
+    Example:
+        >>> df = pd.DataFrame({"num_workers": [0, 0, 1, 1], "prefetch_buffer_size": [0, 1, 0, 1],
+        ...                    "samples_per_s": [1.0, 2.0, 3.0, 4.0]})
+        >>> ax = heatmap_figure(df, panel=None).axes[0]
+        >>> ax.get_xlabel(), ax.get_ylabel(), ax.images[0].get_array().shape
+        ('num_workers', 'prefetch_buffer_size', (2, 2))
+    """
+    _need(sweep, [x, y, value] + ([panel] if panel else []), "heatmap_figure")
+    panels = sorted(sweep[panel].dropna().unique()) if panel else [None]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.4 * len(panels), 3.8), squeeze=False)
+    vmax = float(np.nanmax(sweep[value]))
+    im = None
+    for ax, pv in zip(axes[0], panels):
+        sub = sweep if pv is None else sweep[sweep[panel] == pv]
+        grid = sub.pivot_table(index=y, columns=x, values=value, aggfunc="median")
+        im = ax.imshow(grid.to_numpy(), origin="lower", aspect="auto", cmap="viridis", vmin=0, vmax=vmax)
+        ax.set_xticks(range(grid.shape[1]), [str(c) for c in grid.columns])
+        ax.set_yticks(range(grid.shape[0]), [str(r) for r in grid.index])
+        for (i, j), v in np.ndenumerate(grid.to_numpy()):
+            if np.isfinite(v):
+                ax.text(j, i, f"{v:.3g}", ha="center", va="center", fontsize=6,
+                        color="white" if v < 0.6 * vmax else "black")
+        ax.set_xlabel(x)
+        ax.set_ylabel(y)
+        ax.set_title(f"{panel}={pv}" if pv is not None else value, fontsize=9)
+    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.9, label=value)
+    return fig
+
+
+_TRACE_COLS = ("item", "worker", "worker_start", "read_start", "read_end", "transform_end",
+               "transfer_start", "transfer_end", "compute_start", "compute_end")
+
+
+def timeline_figure(trace: pd.DataFrame, max_items: int = 40, title: str = "") -> Figure:
+    """Gantt chart of one configuration: each worker's read and transform, the transfer, and the
+    compute stage with the time it waits for data marked.
+
+    Args:
+        trace: ``memsim.pipeline.simulate_trace`` output.
+        max_items: items drawn (the first ones).
+        title: figure title.
+
+    Returns:
+        The figure (``analysis.figures.save`` writes it).
+    """
+    _need(trace, _TRACE_COLS, "timeline_figure")
+    tr = trace.sort_values("item").head(max_items)
+    workers = sorted(tr["worker"].unique())
+    rows = [f"worker {w}" for w in workers] + ["transfer", "compute"]
+    ypos = {r: i for i, r in enumerate(reversed(rows))}
+    fig, ax = plt.subplots(figsize=(9, 0.45 * len(rows) + 1.6))
+    h = 0.7
+    for r in tr.itertuples(index=False):
+        y = ypos[f"worker {r.worker}"]
+        ax.broken_barh([(r.read_start, r.read_end - r.read_start)], (y - h / 2, h), color="tab:orange")
+        ax.broken_barh([(r.read_end, r.transform_end - r.read_end)], (y - h / 2, h), color="tab:blue")
+        y = ypos["transfer"]
+        ax.broken_barh([(r.transfer_start, r.transfer_end - r.transfer_start)], (y - h / 2, h),
+                       color="tab:purple")
+        y = ypos["compute"]
+        ax.broken_barh([(r.compute_start, r.compute_end - r.compute_start)], (y - h / 2, h), color="tab:green")
+    cs, ce = tr["compute_start"].to_numpy(), tr["compute_end"].to_numpy()
+    waits = [(0.0, cs[0])] + [(ce[i - 1], cs[i] - ce[i - 1]) for i in range(1, len(cs)) if cs[i] > ce[i - 1]]
+    ax.broken_barh(waits, (ypos["compute"] - h / 2, h), facecolor="none", edgecolor="tab:red", hatch="////")
+    ax.set_yticks(list(ypos.values()), list(ypos.keys()))
+    ax.set_xlabel("time (s)")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in ("tab:orange", "tab:blue", "tab:purple", "tab:green")]
+    handles.append(plt.Rectangle((0, 0), 1, 1, facecolor="none", edgecolor="tab:red", hatch="////"))
+    ax.legend(handles, ["read", "transform", "transfer", "compute", "waiting for data"], fontsize=7,
+              loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=5)
+    wait = sum(w for _, w in waits)
+    span = ce[-1]
+    ax.set_title(title or f"first {len(tr)} batches: compute waits {wait / span:.0%} of {span:.3g} s",
+                 fontsize=9)
+    ax.grid(axis="x", alpha=0.3)
+    return fig
+
+
+def hit_rate_figure(cache: pd.DataFrame, min_epoch: int = 2) -> Figure:
+    """Hit rate against cache size / dataset size, one line per policy, one panel per pattern.
+
+    Simulated rates (mean over epochs ≥ ``min_epoch``) are markers; closed forms, where they
+    exist, are dashed lines.
+
+    Args:
+        cache: ``memsim.cache.cache_sweep`` output.
+        min_epoch: first epoch averaged (epoch 1 is all compulsory misses).
+
+    Returns:
+        The figure (``analysis.figures.save`` writes it).
+    """
+    _need(cache, ["pattern", "policy", "cache_fraction", "epoch", "hit_rate", "closed_form_hit_rate"],
+          "hit_rate_figure")
+    steady = cache[cache["epoch"] >= min_epoch]
+    if len(steady) == 0:
+        raise ValueError(f"hit_rate_figure: no rows with epoch >= {min_epoch}; simulate at least "
+                         f"{min_epoch} epochs")
+    patterns = list(dict.fromkeys(steady["pattern"]))
+    fig, axes = plt.subplots(1, len(patterns), figsize=(3.6 * len(patterns), 3.3), sharey=True,
+                             squeeze=False)
+    colors = dict(zip(["lru", "fifo", "static", "none"], ["tab:blue", "tab:orange", "tab:green", "tab:gray"]))
+    markers = {"lru": ("o", 6), "fifo": ("s", 4.5), "static": ("^", 4), "none": ("x", 4)}
+    for ax, pat in zip(axes[0], patterns):
+        g = steady[steady["pattern"] == pat].groupby(["policy", "cache_fraction"])[
+            ["hit_rate", "closed_form_hit_rate"]].mean().reset_index()
+        for pol, line in g.groupby("policy", sort=False):
+            col = colors.get(pol)
+            mk, ms = markers.get(pol, ("o", 4))
+            ax.plot(line["cache_fraction"], line["hit_rate"], mk, ms=ms, color=col, label=f"{pol} (trace)",
+                    mfc="none" if pol == "lru" else col)
+            cf = line.dropna(subset=["closed_form_hit_rate"])
+            if len(cf):
+                ax.plot(cf["cache_fraction"], cf["closed_form_hit_rate"], "--", lw=1, color=col)
+        ax.set_title(pat, fontsize=9)
+        ax.set_xlabel("cache size / dataset size")
+        ax.set_ylim(-0.03, 1.03)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel(f"hit rate (epochs ≥ {min_epoch})")
+    axes[0][-1].legend(fontsize=7, title="dashed: closed form", title_fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def many_hosts_figure(hosts) -> Figure:
+    """Efficiency (throughput per host relative to one host) against the number of hosts.
+
+    Args:
+        hosts: ``memsim.multihost.many_hosts`` output, or a dict label -> such output (one line
+            each). Error bars are 2 standard errors.
+
+    Returns:
+        The figure (``analysis.figures.save`` writes it).
+    """
+    series = hosts if isinstance(hosts, dict) else {"": hosts}
+    if not series:
+        raise ValueError("many_hosts_figure: no series given")
+    for label, df in series.items():
+        _need(df, ["hosts", "efficiency", "efficiency_stderr"], f"many_hosts_plot[{label!r}]")
+    fig, ax = plt.subplots(figsize=(5.2, 3.4))
+    for label, df in series.items():
+        ax.errorbar(df["hosts"], df["efficiency"], yerr=2 * df["efficiency_stderr"], marker="o",
+                    capsize=2, label=label or None)
+    if any(series):
+        ax.legend(fontsize=7)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("hosts (synchronous data parallel)")
+    ax.set_ylabel("steps/s relative to 1 host")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig

@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 from analysis import __main__ as cli
-from analysis import scaling_plots
+from analysis.scaling import plots as scaling_plots
 
-DATA = pathlib.Path(__file__).resolve().parents[1] / "data" / "gadre2024" / "final_losses.csv"
+DATA = pathlib.Path(__file__).resolve().parents[2] / "data" / "gadre2024" / "final_losses.csv"
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
@@ -51,7 +51,7 @@ def test_cli_errors_name_the_problem(tmp_path, capsys):
 
 
 def test_subcommands_are_a_registry():
-    assert set(cli.SUBCOMMANDS) >= {"scaling"}
+    assert set(cli.SUBCOMMANDS) >= {"scaling", "report"}
     help_text, add_args, run = cli.SUBCOMMANDS["scaling"]
     assert callable(add_args) and callable(run) and help_text
     with pytest.raises(SystemExit) as exc:

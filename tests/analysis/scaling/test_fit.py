@@ -16,11 +16,11 @@ import pandas as pd
 import pytest
 from scipy import optimize
 
-from analysis import scaling
-from analysis import scaling_search as ss
-from analysis.fit_input import FitInputError
+from analysis.scaling import fit as scaling
+from analysis.scaling import search as ss
+from analysis.scaling.fit_input import FitInputError
 
-DATA = pathlib.Path(__file__).resolve().parents[1] / "data" / "gadre2024" / "final_losses.csv"
+DATA = pathlib.Path(__file__).resolve().parents[2] / "data" / "gadre2024" / "final_losses.csv"
 CHINCHILLA = dict(E=1.69, A=406.4, B=410.7, alpha=0.34, beta=0.28)  # Hoffmann et al. 2022, eq. 10
 
 

@@ -6,7 +6,7 @@
 Prints the fit report (parameters with bootstrap stderr and intervals, fit statistics, how many
 of the 4,500 starts reached the best fit) and the compute-optimal allocation; writes into
 ``--out`` (default: ``<ROWS dir>/scaling_fit``) the three figures of
-``analysis.scaling_plots`` and the tables ``scaling_params.csv``, ``scaling_stats.csv``,
+``analysis.scaling.plots`` and the tables ``scaling_params.csv``, ``scaling_stats.csv``,
 ``scaling_compute_optimal.csv`` and ``scaling_bootstrap.csv``.
 """
 
@@ -78,8 +78,8 @@ def format_stats(fit) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from analysis import scaling, scaling_plots
-    from analysis.fit_input import FitInputError
+    from analysis.scaling import fit as scaling, plots as scaling_plots
+    from analysis.scaling.fit_input import FitInputError
 
     for flag, v in (("--bootstrap", args.bootstrap), ("--drop-highest-loss", args.drop_highest_loss)):
         if v < 0:
@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
         written.append(out / "scaling_compute_optimal.csv")
         written += list(scaling_plots.write_figures(fit, out).values())
     else:
-        written.append(scaling_plots.plot_loss_vs_n(fit, out / scaling_plots.FIGURES["loss_vs_n"]))
+        written.append(scaling_plots.save(scaling_plots.loss_vs_n_figure(fit), out / scaling_plots.FIGURES["loss_vs_n"]))
     print("[[Written]]")
     for path in written:
         print(f"    {path}")

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from scipy import optimize
 
-from analysis import batched_lbfgs as bl
-from analysis import multistart
+from analysis.scaling import batched_lbfgs as bl
+from analysis.scaling import multistart
 
 
 def rosenbrock(z):

@@ -1,12 +1,12 @@
-import types
+import json
 
 import numpy as np
 import pandas as pd
 import pytest
 
-import analysis.memory_plots
-from analysis import report, study_memory
-from analysis.memory_section import FIGURE_FILE, footprint_table, memory_section
+from analysis import memory
+from analysis.memory import FIGURE_FILE, footprint_figure, footprint_table, memory_section
+from analysis.report import StudyResults
 from memsim.footprint import FootprintConfig, TransformerShape, XlaMemory, footprint, transformer_activation_bytes
 
 
@@ -30,12 +30,20 @@ def _rows(**extra):
                          "status": ["ok", "ok", "failed"], "platform": "cpu", **extra})
 
 
+def _study(tmp_path, rows, memory=None, meta=None) -> StudyResults:
+    return StudyResults(path=tmp_path, rows=rows, runs=rows, config={}, meta=meta or {}, memory=memory)
+
+
+def _header(text: str, first: str) -> list[str]:
+    line = next(ln for ln in text.splitlines() if ln.startswith(f"| {first}"))
+    return [c.strip() for c in line.strip("|").split("|")]
+
+
 def test_section_renders_tables_and_figure(tmp_path):
-    ctx = types.SimpleNamespace(rows=_rows(), out_dir=tmp_path, memory=_footprints())
-    text = study_memory.section(ctx)
+    text = memory.section(_study(tmp_path, _rows(), _footprints()))
     assert text.startswith("## Memory")
     assert "### Device" in text and "### Host" in text
-    assert "| # | config | parameters | gradients | optimizer_state | activations |" in text
+    assert _header(text, "#")[:6] == ["#", "config", "parameters", "gradients", "optimizer_state", "activations"]
     assert "num_workers=2" in text and "num_workers=0" in text and "num_workers=4" not in text
     assert "footprint step / XLA" in text and "analytic step / XLA" in text
     assert "worker_output_queues" in text, "a host component used by one configuration is shown"
@@ -57,16 +65,32 @@ def test_table_numbers(tmp_path):
 def test_section_reads_memory_csv_and_reports_measured_peak(tmp_path):
     _footprints().to_csv(tmp_path / "memory.csv", index=False)
     rows = _rows(device_peak_bytes=[3.1e7, np.nan, np.nan], platform="gpu")
-    text = study_memory.section(types.SimpleNamespace(rows=rows, out_dir=tmp_path))
+    study = StudyResults.load(tmp_path)
+    assert study.memory is not None and len(study.memory) == len(_footprints())
+    text = memory.section(_study(tmp_path, rows, study.memory))
     assert "### Device" in text and "### Measured" in text and "31 MB" in text
     assert "host RAM too" not in text
 
 
 def test_section_without_or_with_failed_footprints(tmp_path):
-    text = study_memory.section(types.SimpleNamespace(rows=_rows(), out_dir=tmp_path, memory=None))
+    text = memory.section(_study(tmp_path, _rows()))
     assert "not computed" in text and "memory.csv" in text
     err = pd.DataFrame({"error": ["ValueError: boom"]})
     assert "failed: `ValueError: boom`" in memory_section(err, _rows(), tmp_path)
+    (tmp_path / "study.json").write_text(json.dumps({"errors": {"memory": "RuntimeError: no XLA"}}))
+    assert "failed: `RuntimeError: no XLA`" in memory.section(StudyResults.load(tmp_path))
+
+
+def test_figure_has_a_panel_per_place_and_a_bar_per_configuration():
+    fig = footprint_figure(_footprints().query("variant == 'xla'"), labels={"a": "1", "b": "2"}, order=["b", "a"])
+    device, host = fig.axes
+    assert (device.get_title(), host.get_title()) == ("device memory", "host memory")
+    assert device.get_ylabel() == "MB (10⁶ bytes)"
+    assert [t.get_text() for t in device.get_xticklabels()] == ["2", "1"]
+    legend = [t.get_text() for t in device.get_legend().get_texts()]
+    assert legend[:3] == ["parameters", "gradients", "optimizer state"]
+    params = device.containers[0]  # the parameters bars: 4 MB for each configuration
+    assert [round(b.get_height(), 3) for b in params] == [4.0, 4.0]
 
 
 def test_bad_footprint_frame_is_named(tmp_path):
@@ -75,10 +99,4 @@ def test_bad_footprint_frame_is_named(tmp_path):
     with pytest.raises(ValueError, match="'b' has no 'xla' variant"):
         footprint_table(_footprints().query("not (config_id == 'b' and variant == 'xla')"))
     with pytest.raises(KeyError, match="order names"):
-        analysis.memory_plots.footprint_bars(_footprints(), tmp_path / "x.png", order=["zz"])
-
-
-def test_report_finds_the_memory_plugin(tmp_path):
-    sections = dict(report.study_sections())
-    ctx = types.SimpleNamespace(rows=_rows(), out_dir=tmp_path, memory=_footprints())
-    assert sections["Memory"](ctx).startswith("## Memory")
+        footprint_figure(_footprints(), order=["zz"])

@@ -53,7 +53,7 @@ def numeric_columns(
         ...                 what="fit_power_law")
         Traceback (most recent call last):
         ...
-        analysis.fit_input.FitInputError: fit_power_law: column 'params' must be > 0, but rows [2] hold [-1.0]; drop or correct those rows before fitting.
+        analysis.scaling.fit_input.FitInputError: fit_power_law: column 'params' must be > 0, but rows [2] hold [-1.0]; drop or correct those rows before fitting.
     """
     if not isinstance(df, pd.DataFrame):
         raise FitInputError(f"{what}: expected a pandas DataFrame, got {type(df).__name__}")
@@ -111,7 +111,7 @@ def require_distinct(values: np.ndarray, column: str, what: str, at_least: int =
         >>> require_distinct(np.array([1.0, 1.0]), "tokens", "fit_chinchilla")
         Traceback (most recent call last):
         ...
-        analysis.fit_input.FitInputError: fit_chinchilla: column 'tokens' holds only 1 distinct value(s) ([1.0]); its exponent cannot be fitted: add rows with at least 2 different values.
+        analysis.scaling.fit_input.FitInputError: fit_chinchilla: column 'tokens' holds only 1 distinct value(s) ([1.0]); its exponent cannot be fitted: add rows with at least 2 different values.
     """
     distinct = np.unique(values)
     if len(distinct) < at_least:

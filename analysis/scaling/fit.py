@@ -1,6 +1,6 @@
 """Scaling-law fits on loss tables: pandas in, lmfit/statsmodels-style reports out.
 
-Two laws, one fitting method (``analysis.scaling_search``):
+Two laws, one fitting method (``analysis.scaling.search``):
 
 - :func:`fit_power_law`: L(x) = L∞ + k·x^(−α), L∞ ≥ 0 (Kaplan et al. 2020, eq. 1.1-1.3 with an
   irreducible term), fitted as log L = LSE(log k − α log x, log L∞).
@@ -28,8 +28,8 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from analysis import scaling_search as ss
-from analysis.fit_input import FitInputError, numeric_columns, require_distinct
+from analysis.scaling import search as ss
+from analysis.scaling.fit_input import FitInputError, numeric_columns, require_distinct
 
 __all__ = [
     "ScalingFit",
@@ -330,7 +330,7 @@ def fit_power_law(
 
     Fitted as log L = LSE(log k − α log x, log L∞) by the multi-start Huber method of
     :func:`fit_chinchilla`, from every point of ``grid`` (default
-    ``analysis.scaling_search.POWER_LAW_GRID``: log k ∈ {0, 2.5, …, 25}, α ∈ {0, 0.1, …, 2},
+    ``analysis.scaling.search.POWER_LAW_GRID``: log k ∈ {0, 2.5, …, 25}, α ∈ {0, 0.1, …, 2},
     log L∞ ∈ {−1, −0.5, …, 1}; 1,155 starts). L∞ = exp(e) is positive by construction; a law
     with no floor (Kaplan et al. 2020) shows as L∞ many orders below the losses.
 
@@ -391,7 +391,7 @@ def fit_chinchilla(
     log L is predicted as LSE(a − α log N, b − β log D, e) (a = log A, b = log B, e = log E) and
     the sum over rows of Huber_δ(predicted − observed log-loss) is minimised by L-BFGS from
     every point of ``grid`` (default: the paper's 4,500-point grid,
-    ``analysis.scaling_search.CHINCHILLA_GRID``), all at once (``jax.vmap``); the best is kept
+    ``analysis.scaling.search.CHINCHILLA_GRID``), all at once (``jax.vmap``); the best is kept
     (refined in float64) and ``stats["n_at_best"]`` says how many starts reached it.
 
     Args:

@@ -1,0 +1,134 @@
+"""analysis.report: a study's report rebuilt from its results folder alone."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analysis import report
+from analysis.report import StudyResults, build_report
+from memsim.knobs import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+COMMITTED = REPO / "results" / "cpu-2core" / "study"
+
+
+def _sections(md: str) -> dict[str, str]:
+    """'## Title' → the section's text, with Markdown table cells stripped of their padding."""
+    out = {}
+    for part in re.split(r"^(?=## )", md, flags=re.M)[1:]:
+        title, _, body = part.partition("\n")
+        lines = []
+        for ln in body.strip().splitlines():
+            if ln.startswith("|"):
+                cells = [c.strip() for c in ln.strip().strip("|").split("|")]
+                ln = "|".join("---" if re.fullmatch(r":?-+:?", c) else c for c in cells)
+            lines.append(ln)
+        out[title[3:]] = "\n".join(lines)
+    return out
+
+
+@pytest.fixture(scope="module")
+def rebuilt(tmp_path_factory):
+    """The committed study folder copied, its report.md removed, rebuilt (scaling bootstrap off for time)."""
+    d = tmp_path_factory.mktemp("rebuilt") / "study"
+    shutil.copytree(COMMITTED, d)
+    (d / "report.md").unlink()
+    for png in d.glob("*.png"):
+        png.unlink()
+    mp = pytest.MonkeyPatch()
+    from analysis.scaling import report as scaling_report
+    mp.setattr(scaling_report, "BOOTSTRAP", 0)
+    try:
+        path, failed = build_report(d)
+    finally:
+        mp.undo()
+    return d, path, failed
+
+
+def test_committed_folder_rebuilds_with_its_numbers(rebuilt):
+    d, path, failed = rebuilt
+    assert path == d / "report.md" and failed == []
+    new, old = _sections(path.read_text()), _sections((COMMITTED / "report.md").read_text())
+    assert list(new) == ["Machine and environment", "Measured sweep", "Hierarchy", "Memory", "Simulation", "Scaling"]
+    assert list(new) == list(old)
+    for title in ("Measured sweep", "Hierarchy", "Memory", "Simulation"):
+        assert new[title] == old[title], title  # the same text and numbers as the committed report
+    # no study.json in the committed folder: what is not known is said, the rest is as committed
+    env = new["Machine and environment"]
+    assert "Preset not recorded" in env and "wall time not recorded" in env and "no `study.json`" in env
+    assert env.split("**Repeatability:**")[1] == old["Machine and environment"].split("**Repeatability:**")[1]
+    # the scaling rows and the fitted values (the bootstrap intervals were not recomputed)
+    new_rows = re.findall(r"^\d.*", new["Scaling"].split("Fit of")[0], re.M)
+    assert new_rows and new_rows == re.findall(r"^\d.*", old["Scaling"].split("Fit of")[0], re.M)
+    value = lambda md, p: re.search(rf"^{p}\|([^|]+)\|", md, re.M).group(1)  # noqa: E731
+    for p in ("E", "A", "B", "alpha", "beta"):
+        assert value(new["Scaling"], p) == value(old["Scaling"], p), p
+
+
+def test_rebuilt_figures_are_the_linked_ones(rebuilt):
+    d, path, _ = rebuilt
+    linked = re.findall(r"!\[[^]]*\]\(([^)]+)\)", path.read_text())
+    assert sorted(linked) == sorted(p.name for p in COMMITTED.glob("*.png"))
+    assert all((d / f).stat().st_size > 5000 for f in linked)
+
+
+def test_committed_rows_give_the_best_configuration(rebuilt):
+    _, path, _ = rebuilt
+    rows = StudyResults.load(COMMITTED).rows
+    grid = rows[(rows.status == "ok") & (rows.design == "grid")]
+    best = grid.loc[grid.samples_per_s.idxmax()]
+    assert (f"**{best.samples_per_s:.0f} [{best.samples_per_s_lo:.0f}, {best.samples_per_s_hi:.0f}] samples/s**"
+            in path.read_text())
+
+
+def test_load_reads_each_file(tmp_path):
+    shutil.copytree(COMMITTED, tmp_path / "s")
+    study = StudyResults.load(tmp_path / "s")
+    assert len(study.runs) == 2 * len(study.rows) and study.rows.config_id.is_unique
+    assert study.config["experiment"] == "study" and study.meta == {} and study.errors == {}
+    assert len(study.probe_raw) and len(study.scaling_rows) and len(study.memory)
+    (tmp_path / "s" / "study.json").write_text(json.dumps({"preset": "quick", "errors": {"probes": "OSError: x"}}))
+    assert StudyResults.load(tmp_path / "s").errors == {"probes": "OSError: x"}
+
+
+def test_environment_section_uses_study_json(tmp_path):
+    from analysis.measured import environment_section
+    meta = {"preset": "smoke", "environment": {"platform": "gpu", "device_kind": "H100"},
+            "stage_s": {"sweep": 12.4, "probes": 3.0}}
+    rows = pd.DataFrame({"config_id": ["a"], "status": ["ok"], "samples_per_s": [1.0]})
+    md = environment_section(StudyResults(path=tmp_path, rows=rows, runs=rows, config={"sweep": {"repeats": 3}},
+                                          meta=meta))
+    assert "Preset `smoke`; 1 configurations × 3 repeats; measured sweep wall time 12 s." in md
+    assert "Time of each stage: sweep 12 s, probes 3 s." in md
+    assert re.search(r"^\| device_kind +\| H100 +\|$", md, re.M)
+
+
+def test_a_failing_section_is_reported_in_place(tmp_path, monkeypatch):
+    from analysis import measured
+
+    def boom(study):
+        raise ValueError("no such column 'x'")
+
+    monkeypatch.setattr(measured, "section", boom)
+    monkeypatch.setattr(report, "SECTIONS", report.SECTIONS[:2])
+    path, failed = build_report(tmp_path)
+    assert failed == [("Measured sweep", "ValueError: no such column 'x'")]
+    md = path.read_text()
+    assert "## Machine and environment" in md
+    assert "## Measured sweep\n\nThis section failed: `ValueError: no such column 'x'`" in md
+
+
+def test_missing_folder_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        build_report(tmp_path / "nope")
+    p = subprocess.run([sys.executable, "-m", "analysis", "report", str(tmp_path / "nope")], cwd=REPO,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "nope" in p.stderr and "Traceback" not in p.stderr
