@@ -27,7 +27,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from analysis.figures import save  # noqa: E402
 from analysis.tables import md_table  # noqa: E402
 from memsim import cache as cache_lib  # noqa: E402
-from memsim.knobs import ConfigError  # noqa: E402
+from memsim.knobs import LOADER_KNOBS, ConfigError  # noqa: E402
 from memsim.multihost import many_hosts  # noqa: E402
 from memsim.pipeline import FIELDS, PipelineConfig, check_scalar, simulate_trace, sweep  # noqa: E402
 
@@ -37,7 +37,7 @@ CACHE_FILE = "sim_cache_hit_rate.png"
 HOSTS_FILE = "sim_many_hosts.png"
 SWEEP_CSV = "simulated_sweep.csv"
 
-SECTION_KNOBS = ("num_workers", "prefetch_buffer_size", "device_buffer_size", "feed", "batch_size")
+SECTION_KNOBS = LOADER_KNOBS + ("batch_size",)
 EXTRA_KNOBS = ("cpu_buffer_size", "per_worker_buffer_size", "grad_accum_steps", "precision")
 DEFAULT_GRID = {"num_workers": [0, 1, 2, 4, 8], "prefetch_buffer_size": [0, 1, 2, 4, 8],
                 "feed": ["none", "double_buffer", "grain_device_put"]}

@@ -219,3 +219,9 @@ def minimize_many(
         converged=conv.reshape(n_res, n_starts),
         n_iter=it.reshape(n_res, n_starts),
     )
+
+
+def compiled_variants() -> int:
+    """How many compiled versions of the multi-start scheduler this process holds (one per shape and
+    static option seen so far): repeated fits of the same shape must not add one."""
+    return _run._cache_size()  # noqa: SLF001 — jax.jit's cache size; no public accessor

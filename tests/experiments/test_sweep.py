@@ -21,7 +21,7 @@ def _smoke(data_cache, **kw):
 
 def _cli(root, data_cache, *extra):
     return [sys.executable, "-m", "experiments", "sweep", "--preset", "smoke", f"--results_root={root}",
-            f"--cache_dir={data_cache}", "--num_workers=0,1", "--feed=none,grain_device_put", *extra]
+            f"--cache_dir={data_cache}", "--num_workers=0,1,2", "--feed=none", *extra]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
@@ -65,13 +65,13 @@ def test_interrupted_sweep_keeps_rows_and_resumes_without_duplicates(tmp_path, d
         time.sleep(0.25)
     assert not alive, f"processes left running after {sig.name}: {alive}"
     before = results.read_csv_rows(rows_csv)
-    assert 2 <= len(before) < 4 and (before.status == "ok").all() and before.samples_per_s.notna().all()
+    assert 2 <= len(before) < 3 and (before.status == "ok").all() and before.samples_per_s.notna().all()
     # rerun with the same id: finishes the rest, no duplicates
     p = subprocess.run(_cli(tmp_path, data_cache, "--run_id=r1"), cwd=REPO, capture_output=True, text=True,
                        timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     after = results.read_csv_rows(rows_csv)
-    assert len(after) == 4 and after.config_id.is_unique
+    assert len(after) == 3 and after.config_id.is_unique
     pd.testing.assert_frame_equal(after.iloc[: len(before)], before)
 
 

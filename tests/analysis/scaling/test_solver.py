@@ -74,10 +74,10 @@ def test_scheduler_puts_every_run_in_its_own_slot():
 def test_scheduler_accepts_starts_per_resample_and_traces_once():
     rows = dict(y=np.array([[1.0, 3.0], [10.0, 20.0]], np.float32), w=np.ones((2, 2), np.float32))
     starts = np.array([[[0.0], [5.0]], [[100.0], [-3.0]]], np.float32)
-    before = multistart._run._cache_size()
+    before = multistart.compiled_variants()
     for _ in range(3):
         res = multistart.minimize_many(_weighted_mean, starts, rows)
-    assert multistart._run._cache_size() == before + 1  # one compile for three calls
+    assert multistart.compiled_variants() == before + 1  # one compile for three calls
     np.testing.assert_allclose(res.x[..., 0], [[2.0, 2.0], [15.0, 15.0]], atol=1e-4)
 
 
