@@ -166,9 +166,9 @@ def test_section_of_a_study_without_probes_and_with_failed_probes(tmp_path):
 
 def test_section_reads_the_committed_probe_rows(tmp_path):
     from experiments.results import read_csv_rows
-    raw = read_csv_rows(REPO / "results" / "cpu-2core" / "study" / "probe" / "rows.csv")
+    raw = read_csv_rows(REPO / "tests" / "data" / "probe_golden" / "rows.csv")
     md = section(Study(tmp_path, raw))
-    committed = pd.read_csv(REPO / "results" / "cpu-2core" / "study" / "probe" / "fits.csv").set_index("probe")
+    committed = pd.read_csv(REPO / "tests" / "data" / "probe_golden" / "fits.csv").set_index("probe")
     row = md_rows(md, "ram_copy")[1]
     assert row[4] == format_rate(committed.loc["ram_copy", "beta_Bps"])
     assert md_rows(md, "h2d_pinned")[1][2] == "not measured"

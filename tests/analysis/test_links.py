@@ -11,7 +11,8 @@ from analysis.__main__ import main as analysis_main
 from experiments.probes import PROBES
 from memsim.knobs import ConfigError
 
-COMMITTED = Path(__file__).resolve().parents[2] / "results" / "cpu-2core" / "study" / "probe"
+# probe rows and fits.csv committed by a 2-core CPU study before the fitting moved to analysis.links
+COMMITTED = Path(__file__).resolve().parents[1] / "data" / "probe_golden"
 
 
 def synthetic_raw(alpha, bw, noise=0.03, outliers=0.1, repeats=5, seed=0, probe="file_read_cold"):

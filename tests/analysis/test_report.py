@@ -59,12 +59,9 @@ def test_committed_folder_rebuilds_with_its_numbers(rebuilt):
     new, old = _sections(path.read_text()), _sections((COMMITTED / "report.md").read_text())
     assert list(new) == ["Machine and environment", "Measured sweep", "Hierarchy", "Memory", "Simulation", "Scaling"]
     assert list(new) == list(old)
-    for title in ("Measured sweep", "Hierarchy", "Memory", "Simulation"):
-        assert new[title] == old[title], title  # the same text and numbers as the committed report
-    # no study.json in the committed folder: what is not known is said, the rest is as committed
-    env = new["Machine and environment"]
-    assert "Preset not recorded" in env and "wall time not recorded" in env and "no `study.json`" in env
-    assert env.split("**Repeatability:**")[1] == old["Machine and environment"].split("**Repeatability:**")[1]
+    for title in ("Machine and environment", "Measured sweep", "Hierarchy", "Memory", "Simulation"):
+        assert new[title] == old[title], title  # the same text and numbers as the report the study wrote
+    assert "Preset `quick`" in new["Machine and environment"] and "Time of each stage: sweep" in new["Machine and environment"]
     # the scaling rows and the fitted values (the bootstrap intervals were not recomputed)
     new_rows = re.findall(r"^\d.*", new["Scaling"].split("Fit of")[0], re.M)
     assert new_rows and new_rows == re.findall(r"^\d.*", old["Scaling"].split("Fit of")[0], re.M)
@@ -93,7 +90,7 @@ def test_load_reads_each_file(tmp_path):
     shutil.copytree(COMMITTED, tmp_path / "s")
     study = StudyResults.load(tmp_path / "s")
     assert len(study.runs) == 2 * len(study.rows) and study.rows.config_id.is_unique
-    assert study.config["experiment"] == "study" and study.meta == {} and study.errors == {}
+    assert study.config["experiment"] == "study" and study.meta["preset"] == "quick" and study.errors == {}
     assert len(study.probe_raw) and len(study.scaling_rows) and len(study.memory)
     (tmp_path / "s" / "study.json").write_text(json.dumps({"preset": "quick", "errors": {"probes": "OSError: x"}}))
     assert StudyResults.load(tmp_path / "s").errors == {"probes": "OSError: x"}
