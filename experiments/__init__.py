@@ -27,6 +27,10 @@ _EXPORTS = {
     "run_config_detailed": ("experiments.train", "run_detailed"),
     "RunResult": ("experiments.train", "RunResult"),
     "NonFiniteLoss": ("experiments.train", "NonFiniteLoss"),
+    # several data-parallel processes
+    "launch": ("experiments.distributed", "launch"),
+    "MultiResult": ("experiments.distributed", "MultiResult"),
+    "DistributedError": ("experiments.distributed", "DistributedError"),
     # a sweep
     "SweepConfig": ("experiments.sweep", "SweepConfig"),
     "SWEEP_PRESETS": ("experiments.sweep", "PRESETS"),

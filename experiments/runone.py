@@ -1,8 +1,9 @@
 """One configuration in a child process: ``job(DIR, COMPILE_CACHE)`` (what sweeps fork) or
 ``python -m experiments.runone DIR`` (by hand).
 
-Reads DIR/config.json (a TrainConfig), runs it, writes DIR/row.json, steps.csv and grain_stats.csv,
-or DIR/error.json with the error text; its stdout and stderr go to DIR/stdout.txt and stderr.txt.
+Reads DIR/config.json (a TrainConfig), runs it (``num_processes`` > 1: through
+``experiments.distributed.launch``, which adds processes.csv), writes DIR/row.json, steps.csv and
+grain_stats.csv, or DIR/error.json with the error text; its stdout and stderr go to DIR/stdout.txt and stderr.txt.
 It dies with its parent (PR_SET_PDEATHSIG).
 """
 
@@ -66,7 +67,12 @@ def main(argv=None, compile_cache: str | None = None) -> int:
             jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
             jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
         cfg = train.TrainConfig(**json.loads((d / "config.json").read_text()))
-        res = train.run_detailed(cfg)
+        if cfg.num_processes > 1:
+            from experiments import distributed
+            res = distributed.launch(cfg, cfg.num_processes)
+            res.processes.to_csv(d / "processes.csv", index=False)
+        else:
+            res = train.run_detailed(cfg)
     except KeyboardInterrupt:
         raise
     except BaseException as e:  # noqa: BLE001 — becomes a failed row in the sweep

@@ -29,7 +29,7 @@ from experiments.configs import ConfigError, check
 from experiments.train import TrainConfig
 
 GRID_KEYS = ("model", "source", "image_size", "batch_size", "grad_accum_steps", "precision", "augment_cost",
-             "num_workers", "prefetch_buffer_size", "device_buffer_size", "feed")
+             "num_workers", "prefetch_buffer_size", "device_buffer_size", "feed", "num_processes")
 # The knobs the designed sample varies (each has a ``sample_<knob>`` tuple of levels).
 SAMPLE_KEYS = ("model", "source", "image_size", "batch_size", "grad_accum_steps", "precision", "augment_cost",
                "num_workers", "prefetch_buffer_size", "feed")
@@ -49,6 +49,7 @@ class SweepConfig:
     prefetch_buffer_size: tuple[int, ...] = (1, 4)
     device_buffer_size: tuple[int, ...] = (2,)
     feed: tuple[str, ...] = ("none", "double_buffer", "grain_device_put")
+    num_processes: tuple[int, ...] = (1,)  # > 1: data-parallel processes (experiments.distributed)
     # a designed sample added to the grid: sample_size configurations whose knobs are drawn from the
     # sample_* levels, each level used equally often, combined at random (seeded; see design_sample)
     sample_size: int = 0
@@ -265,7 +266,7 @@ def collect(d: Path, rc: int) -> dict:
     """What a finished child left in ``d``: {'row', 'steps', 'grain_stats'} or {'error'}."""
     if rc == 0 and (d / "row.json").exists():
         out = {"row": json.loads((d / "row.json").read_text())}
-        for name in ("steps", "grain_stats"):
+        for name in ("steps", "grain_stats", "processes"):
             p = d / f"{name}.csv"
             out[name] = pd.read_csv(p) if p.exists() and p.stat().st_size > 1 else pd.DataFrame()
         return out
@@ -282,14 +283,18 @@ def collect(d: Path, rc: int) -> dict:
 
 
 def run_one_inline(cfg: TrainConfig) -> dict:
-    from experiments import train
+    from experiments import distributed, train
     try:
-        res = train.run_detailed(cfg)
+        if cfg.num_processes > 1:
+            res = distributed.launch(cfg, cfg.num_processes)
+        else:
+            res = train.run_detailed(cfg)
     except (KeyboardInterrupt, SystemExit):
         raise
     except Exception as e:  # noqa: BLE001 — recorded as a failed row
         return {"error": f"{type(e).__name__}: {e}"}
-    return {"row": res.row.iloc[0].to_dict(), "steps": res.steps, "grain_stats": res.grain_stats}
+    return {"row": res.row.iloc[0].to_dict(), "steps": res.steps, "grain_stats": res.grain_stats,
+            "processes": getattr(res, "processes", None)}
 
 
 def schedule(n_configs: int, repeats: int, order_seed: int) -> list[tuple[int, int]]:
@@ -350,7 +355,8 @@ def run(cfg: SweepConfig, out_dir: Path, experiment: str = "sweep", progress: bo
         if "row" not in out:
             return runloop.Outcome(failed_row(job, out["error"], time.perf_counter() - t0))
         return runloop.Outcome({**head(job), **out["row"]},
-                               {"steps": out.get("steps"), "grain_stats": out.get("grain_stats")})
+                               {"steps": out.get("steps"), "grain_stats": out.get("grain_stats"),
+                                "processes": out.get("processes")})
 
     runner = Runner() if cfg.isolate else None
     try:
