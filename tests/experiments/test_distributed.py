@@ -193,13 +193,35 @@ def _gone(procs, timeout=10.0):
     return alive
 
 
-def test_a_killed_process_stops_every_process_and_names_it(tmp_path, data_cache, shm_guard):
+def _shm_mapped(procs) -> set[str]:
+    """The /dev/shm names (Grain's shared-memory batches, multiprocessing's semaphores) these
+    processes have mapped: the segments that are theirs on a machine where others run too."""
+    out = set()
+    for p in procs:
+        try:
+            with open(f"/proc/{p.pid}/maps") as f:
+                out |= {ln.split("/dev/shm/", 1)[1].strip().removesuffix(" (deleted)") for ln in f
+                        if "/dev/shm/" in ln and not ln.rstrip().endswith("(deleted)")}
+        except OSError:
+            pass
+    return out
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self") or not os.path.isdir("/dev/shm"), reason="needs Linux /proc")
+def test_a_killed_process_stops_every_process_and_names_it(tmp_path, data_cache):
     launcher = subprocess.Popen(_cmd("--num_processes=2", "--num_workers=1", "--min_measure_s=120",
                                      f"--results_root={tmp_path}", f"--cache_dir={data_cache}"),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         ranks = _ranks(launcher, with_worker=True)
+        deadline = time.monotonic() + 60
+        while not all(_shm_mapped([r]) for r in ranks) and time.monotonic() < deadline:
+            time.sleep(0.1)  # until batches flow through shared memory (the fed loop)
         every = [d for r in ranks for d in [r] + _descendants(r.pid)]
+        theirs = set()
+        for _ in range(5):
+            theirs |= _shm_mapped(every)
+            time.sleep(0.1)
         ranks[1].send_signal(signal.SIGKILL)
         t0 = time.monotonic()
         out, err = launcher.communicate(timeout=distributed.STOP_BOUND_S + 20)
@@ -213,6 +235,11 @@ def test_a_killed_process_stops_every_process_and_names_it(tmp_path, data_cache,
     assert "process 1 of 2 was killed by SIGKILL" in first
     assert not _gone(every), "orphaned processes"
     assert not list((tmp_path / "train").glob("*/rows.csv"))
+    assert theirs, "the ranks' loader workers map shared memory: the check below is not empty"
+    deadline = time.monotonic() + 10
+    while (left := theirs & loader.shm_segments()) and time.monotonic() < deadline:
+        time.sleep(0.25)
+    assert not left, f"shared memory left in /dev/shm: {sorted(left)}"
 
 
 def test_ctrl_c_stops_every_process_and_exits_130(tmp_path, data_cache):
