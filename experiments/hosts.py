@@ -147,6 +147,11 @@ PRESETS = {"smoke": smoke, "quick": quick}
 
 # --------------------------------------------------------------------------------------- jobs
 
+def available_cpus() -> list[int]:
+    """The CPUs this process may run on."""
+    return sorted(os.sched_getaffinity(0))
+
+
 def cores_for(n: int, reference: str, available: list[int] | None = None) -> tuple[tuple[int, ...] | None, float]:
     """(CPUs a single-process reference for N processes runs on (None: all), cpu_dilation).
 
@@ -155,7 +160,7 @@ def cores_for(n: int, reference: str, available: list[int] | None = None) -> tup
     >>> cores_for(4, "whole_machine", [0, 1])
     (None, 1.0)
     """
-    cpus = sorted(os.sched_getaffinity(0)) if available is None else list(available)
+    cpus = available_cpus() if available is None else list(available)
     if reference == "whole_machine":
         return None, 1.0
     k = max(1, len(cpus) // n)
@@ -228,7 +233,7 @@ def run(cfg: HostsConfig, out_dir: Path, *, launch: Callable | None = None, refe
         slowed = cfg.slowed_id(it.n)
         return {"config_id": job.config_id, "repeat": job.repeat, "role": it.role, "num_processes": it.n,
                 "kind": it.kind, "reference": cfg.reference if it.role == "reference" else "",
-                "cores": len(cores) if cores is not None else len(os.sched_getaffinity(0)),
+                "cores": len(cores) if cores is not None else len(available_cpus()),
                 "cpu_dilation": dil, "slowed_process": slowed, "slowed_how": cfg.slowed_how() if slowed >= 0 else "",
                 "global_batch_size": cfg.batch_size}
 
@@ -332,7 +337,7 @@ def main(cfg: HostsConfig, preset: str, run_id: str | None = None, results_root:
     from experiments import train
     train.check_runtime(cfg.train_config(1, False, False))
     out = results.run_dir("hosts", run_id, results_root, resume=run_id is not None)
-    ncpu = len(os.sched_getaffinity(0))
+    ncpu = len(available_cpus())
     print(f"hosts: N = {', '.join(map(str, cfg.hosts))} × {cfg.repeats} repeats, slowed: {cfg.slowed_how()} "
           f"on process {'N-1' if cfg.slow_process == -1 else cfg.slow_process}; references {cfg.reference} "
           f"on {ncpu} CPUs → {out}", flush=True)
