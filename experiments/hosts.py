@@ -309,10 +309,9 @@ def predict_and_compare(cfg: HostsConfig, rows: pd.DataFrame, out_dir: Path) -> 
             p.update({"predicted_samples_per_s": math.nan, "prediction_error": str(e)})
         preds.append(p)
     preds = pd.DataFrame(preds)
-    multi = cur[cur["role"] == "multi"] if "role" in cur else cur.iloc[:0]
-    if not len(multi):
-        multi = pd.DataFrame({"num_processes": pd.Series(dtype=int), "samples_per_s": pd.Series(dtype=float),
-                              "status": pd.Series(dtype=str)})
+    multi = ok[ok["role"] == "multi"] if "role" in ok else ok.iloc[:0]
+    if "samples_per_s" not in multi:  # no multi-process run succeeded
+        multi = pd.DataFrame({"num_processes": pd.Series(dtype=int), "samples_per_s": pd.Series(dtype=float)})
     return compare(multi, preds)
 
 
