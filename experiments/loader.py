@@ -49,6 +49,10 @@ class LoaderConfig:
     crop_padding: int = 4
     seed: int = 0
     cache_dir: str = str(data_lib.DEFAULT_CACHE)
+    # data-parallel processes: this loader reads samples shard_index, shard_index + shard_count, ...
+    # of the source (before the shuffle), so the processes together see each sample once per epoch
+    shard_index: int = 0
+    shard_count: int = 1
 
     def __post_init__(self):
         check(self.source in data_lib.SOURCES, "source", self.source, f"expected one of {data_lib.SOURCES}")
@@ -61,6 +65,9 @@ class LoaderConfig:
               "must be >= 0 (batches read ahead by a background thread; 0: none, each batch is made on demand)")
         check(self.prefetch_buffer_size >= 0, "prefetch_buffer_size", self.prefetch_buffer_size, "must be >= 0")
         check(self.augment_cost >= 0, "augment_cost", self.augment_cost, "must be >= 0 (extra blur passes per sample)")
+        check(self.shard_count >= 1, "shard_count", self.shard_count, "must be >= 1")
+        check(0 <= self.shard_index < self.shard_count, "shard_index", self.shard_index,
+              f"must be in 0..{self.shard_count - 1} (shard_count={self.shard_count})")
         check(self.workload in ("image", "text"), "workload", self.workload, "expected 'image' or 'text'")
         if self.workload == "image":
             check(self.image_size > self.crop_padding, "image_size", self.image_size,
@@ -71,8 +78,8 @@ class LoaderConfig:
             check(self.source == "ram", "source", self.source, "the text workload is held in RAM: use source=ram")
             check(self.seq_len > 1, "seq_len", self.seq_len, "must be > 1")
             return
-        check(self.num_samples >= self.batch_size, "num_samples", self.num_samples,
-              f"must be at least batch_size ({self.batch_size})")
+        check(self.num_samples // self.shard_count >= self.batch_size, "num_samples", self.num_samples,
+              f"must be at least batch_size ({self.batch_size}) per shard (shard_count={self.shard_count})")
         data_lib.ImageSpec(self.num_samples, self.image_size, self.channels, self.num_classes)
 
     @property
@@ -142,6 +149,12 @@ def build_source(cfg: LoaderConfig):
     return data_lib.image_source(cfg.image_spec, cfg.source, cfg.cache_dir)
 
 
+def shard(ds, cfg: LoaderConfig):
+    """This loader's shard of a MapDataset: every ``shard_count``-th sample from ``shard_index``
+    (Grain's slicing), taken before the shuffle so that the shards partition the source."""
+    return ds if cfg.shard_count == 1 else ds[cfg.shard_index::cfg.shard_count]
+
+
 def build_dataset(cfg: LoaderConfig, stage_timing: bool = True):
     """Returns the Grain IterDataset of host batches (infinite: reshuffled every epoch)."""
     import grain
@@ -149,13 +162,14 @@ def build_dataset(cfg: LoaderConfig, stage_timing: bool = True):
 
     _ensure_absl_flags()
     src = build_source(cfg)
-    ds = grain.MapDataset.source(src).shuffle(seed=cfg.seed).repeat(None)
+    ds = shard(grain.MapDataset.source(src), cfg).shuffle(seed=cfg.seed).repeat(None)
     if cfg.workload == "text":
         ds = ds.map(TextSample())
     else:
         if cfg.source == "arrayrecord":
             ds = ds.map(Decode(src.path))
-        ds = ds.random_map(Augment(cfg.crop_padding, cfg.augment_cost), seed=cfg.seed + 1)
+        # each shard draws its own crops and flips (shard 0 keeps the single-process seed)
+        ds = ds.random_map(Augment(cfg.crop_padding, cfg.augment_cost), seed=cfg.seed + 1 + 7919 * cfg.shard_index)
     ds = ds.batch(cfg.batch_size, drop_remainder=True)
     # Grain's default read options (16 threads, 500 elements ahead) would hide a 500-batch buffer;
     # here the batches ahead per process are explicit knobs.

@@ -55,6 +55,9 @@ class TrainConfig:
     cpu_buffer_size: int = 4
     device_buffer_size: int = 2
     num_devices: int = 0
+    # data-parallel JAX processes (experiments.distributed): each loads batch_size / num_processes
+    # samples of its own shard per step; the step's batch is one array over every process's devices
+    num_processes: int = 1
     # optimisation
     learning_rate: float = 1e-3
     weight_decay: float = 1e-4
@@ -83,6 +86,13 @@ class TrainConfig:
         check(self.cpu_buffer_size >= (1 if self.feed == "grain_device_put" else 0), "cpu_buffer_size",
               self.cpu_buffer_size, f"must be >= 1 with feed={self.feed}")
         check(self.num_devices >= 0, "num_devices", self.num_devices, "must be >= 0 (0 = all local devices)")
+        check(self.num_processes >= 1, "num_processes", self.num_processes, "must be >= 1")
+        check(self.batch_size % self.num_processes == 0, "batch_size", self.batch_size,
+              f"must be divisible by num_processes ({self.num_processes}): each process loads "
+              f"batch_size / num_processes samples; use a multiple of {self.num_processes}")
+        check(self.num_processes == 1 or self.feed != "grain_device_put", "feed", self.feed,
+              "grain.experimental.device_put places each process's batch as if it were the whole global "
+              "batch; with num_processes > 1 use feed=double_buffer or feed=none")
         check(self.min_steps >= 2, "min_steps", self.min_steps, "must be >= 2 (an interval needs two steps)")
         check(math.isfinite(self.min_measure_s) and self.min_measure_s >= 0, "min_measure_s", self.min_measure_s,
               "must be a finite number of seconds >= 0")
@@ -103,10 +113,13 @@ class TrainConfig:
     def workload(self) -> str:
         return "text" if self.model == "transformer" else "image"
 
-    def loader_config(self) -> LoaderConfig:
+    def loader_config(self, process_index: int = 0) -> LoaderConfig:
+        """The loader of process ``process_index``: its shard, and its share of the batch."""
         return LoaderConfig(workload=self.workload, source=self.source, seq_len=self.seq_len,
                             num_samples=self.num_samples, image_size=self.image_size, channels=self.channels,
-                            num_classes=self.num_classes, batch_size=self.batch_size, num_workers=self.num_workers,
+                            num_classes=self.num_classes, batch_size=self.batch_size // self.num_processes,
+                            shard_index=process_index, shard_count=self.num_processes,
+                            num_workers=self.num_workers,
                             per_worker_buffer_size=self.per_worker_buffer_size,
                             read_threads=self.read_threads, read_buffer_size=self.read_buffer_size,
                             prefetch_buffer_size=self.prefetch_buffer_size, augment_cost=self.augment_cost,
@@ -289,20 +302,65 @@ class RunResult:
     row: pd.DataFrame
     steps: pd.DataFrame
     grain_stats: pd.DataFrame
+    # how the step's batch was laid out: its global shape, the shapes of the shards this process
+    # holds, and whether this process holds all of it (false with several processes)
+    batch_layout: dict = dataclasses.field(default_factory=dict)
+
+
+def batch_layout(batch: dict) -> dict:
+    leaf = batch["image"] if "image" in batch else batch["tokens"]
+    return {"global_batch_shape": "x".join(map(str, leaf.shape)),
+            "local_shard_shapes": ";".join("x".join(map(str, s.data.shape)) for s in leaf.addressable_shards),
+            "batch_fully_addressable": bool(leaf.is_fully_addressable)}
+
+
+def local_host_batch(batch: dict) -> dict:
+    """This process's rows of a device batch, on the host (all of it with one process)."""
+    import jax
+    out = {}
+    for k, x in batch.items():
+        if x.is_fully_addressable:
+            out[k] = np.asarray(jax.device_get(x))
+        else:
+            shards = sorted(x.addressable_shards, key=lambda s: s.index[0].start or 0)
+            out[k] = np.concatenate([np.asarray(s.data) for s in shards])
+    return out
+
+
+def _agreement():
+    """(agree, agree_every) for ``measure_window``: this process's decisions with one process;
+    process 0's, broadcast every STEADY_WINDOW steps, with several."""
+    import jax
+    if jax.process_count() == 1:
+        return None, 1
+    from jax.experimental import multihost_utils
+
+    def agree(stop: bool) -> bool:
+        return bool(multihost_utils.broadcast_one_to_all(np.array(stop)))
+    return agree, STEADY_WINDOW
 
 
 def _devices(cfg: TrainConfig):
+    """The devices the step runs on: the first ``num_devices`` local devices of every process (the
+    same list, in the same order, on every process)."""
     import jax
     devs = jax.local_devices()
     n = cfg.num_devices or len(devs)
     if n > len(devs):
         raise ConfigError(f"num_devices={n}: only {len(devs)} local device(s) here; use --num_devices=0 "
                           f"(all) or at most {len(devs)}")
+    if jax.process_count() > 1:
+        by_process: dict[int, list] = {}
+        for d in sorted(jax.devices(), key=lambda d: (d.process_index, d.id)):
+            by_process.setdefault(d.process_index, []).append(d)
+        chosen = [d for p in sorted(by_process) for d in by_process[p][:n]]
+    else:
+        chosen = devs[:n]
     micro = cfg.batch_size // cfg.grad_accum_steps
-    if micro % n:
+    if micro % len(chosen):
         raise ConfigError(f"batch_size={cfg.batch_size}: the micro-batch ({micro} = batch_size / grad_accum_steps) "
-                          f"must divide evenly across {n} devices")
-    return devs[:n]
+                          f"must divide evenly across {len(chosen)} devices")
+    return chosen
 
 
 def check_runtime(cfg: TrainConfig) -> None:
@@ -343,14 +401,20 @@ def _steady(times: list[float]) -> bool:
     return abs(last / prev - 1.0) <= STEADY_TOL
 
 
-def measure_window(step_fn, cfg: TrainConfig, on_measure_start=None) -> Window:
+def measure_window(step_fn, cfg: TrainConfig, on_measure_start=None, agree=None, agree_every: int = 1) -> Window:
     """Runs ``step_fn(i) -> record`` (a dict with ``step_time_s``) through warm-up, then measurement.
 
     Warm-up runs at least ``warmup_steps`` steps; then, with ``warmup_time_s > 0``, until that much
     time has passed; otherwise until the step time is steady (``_steady``) or ``max_warmup_s`` has
     passed (then ``steady`` is recorded false). Measurement runs until both ``min_steps`` steps and
     ``min_measure_s`` seconds are reached. ``on_measure_start()`` is called between the two.
+
+    Several processes stepping together must stop at the same step (a step is a collective): then
+    ``agree(stop) -> bool`` turns this process's decision into the one every process takes (process
+    0's), and is asked only every ``agree_every`` steps, at the same steps on every process, outside
+    the timed step.
     """
+    agree = agree if agree is not None else bool
     records, times = [], []
     t_warm = 0.0
     steady = False
@@ -362,16 +426,21 @@ def measure_window(step_fn, cfg: TrainConfig, on_measure_start=None) -> Window:
         if len(records) < cfg.warmup_steps:
             continue
         steady = _steady(times)
+        if (len(records) - cfg.warmup_steps) % agree_every:
+            continue
         if cfg.warmup_time_s > 0:
-            if t_warm >= cfg.warmup_time_s:
-                break
-        elif steady or t_warm >= cfg.max_warmup_s:
+            stop = t_warm >= cfg.warmup_time_s
+        else:
+            stop = steady or t_warm >= cfg.max_warmup_s
+        if agree(stop):
             break
     n_warm = len(records)
     if on_measure_start is not None:
         on_measure_start()
     t_meas, n = 0.0, 0
-    while n < cfg.min_steps or t_meas < cfg.min_measure_s:
+    while True:
+        if n >= cfg.min_steps and (n - cfg.min_steps) % agree_every == 0 and agree(t_meas >= cfg.min_measure_s):
+            break
         rec = step_fn(len(records))
         records.append({**rec, "warmup": False})
         t_meas += rec["step_time_s"]
@@ -446,6 +515,10 @@ def run_detailed(cfg: TrainConfig) -> RunResult:
     from experiments.feed import batch_sharding, make_feed, put
     from experiments.models import make_model, param_counts
 
+    if cfg.num_processes != jax.process_count():
+        raise ConfigError(f"num_processes={cfg.num_processes}: this process is one of {jax.process_count()} JAX "
+                          f"process(es); run several with experiments.distributed.launch (or python -m "
+                          f"experiments train --num_processes={cfg.num_processes})")
     devices = _devices(cfg)
     data_lib.check_cache_dir(cfg.cache_dir)
     sharding = batch_sharding(devices)
@@ -469,7 +542,8 @@ def run_detailed(cfg: TrainConfig) -> RunResult:
 
     shm_before = shm_segments()
     sampler = HostSampler().start()
-    host_ds = build_dataset(cfg.loader_config(), stage_timing=cfg.grain_stats)
+    host_ds = build_dataset(cfg.loader_config(jax.process_index()), stage_timing=cfg.grain_stats)
+    agree, agree_every = _agreement()
     feed = make_feed(cfg.feed, host_ds, sharding, cpu_buffer_size=cfg.cpu_buffer_size,
                      device_buffer_size=cfg.device_buffer_size, timeout_s=cfg.data_timeout_s)
     grain_stats = pd.DataFrame()
@@ -478,6 +552,7 @@ def run_detailed(cfg: TrainConfig) -> RunResult:
         t0 = time.perf_counter()
         first, first_times = next(feed)
         time_to_first_batch = time.perf_counter() - t0
+        layout = batch_layout(first)
         last = {"batch": first}
 
         def fed_step(i):
@@ -497,14 +572,15 @@ def run_detailed(cfg: TrainConfig) -> RunResult:
             return {"step": i, "phase": "fed", "data_wait_s": t1 - t0, "step_time_s": t2 - t0,
                     "compute_s": t2 - t1, "loss": loss_v, **times}
 
-        fed = measure_window(fed_step, cfg, on_measure_start=sampler.window_start)
+        fed = measure_window(fed_step, cfg, on_measure_start=sampler.window_start, agree=agree,
+                             agree_every=agree_every)
         cpu_util = sampler.cpu_util()
         if cfg.grain_stats:  # with worker processes this waits up to 2 s per worker for their summaries
             grain_stats = grain_stats_frame(feed.host_iterator)
         # The device-resident bound: the same compiled step on a batch already on the device, measured
         # with no loader work running (feed threads and worker processes stopped), so that it is the
         # step's own rate and not the step's rate while the loader competes for the host's cores.
-        host_batch = jax.device_get(last["batch"])
+        host_batch = local_host_batch(last["batch"])
         del last["batch"]
         feed.close()
         closed = True
@@ -527,7 +603,7 @@ def run_detailed(cfg: TrainConfig) -> RunResult:
             return {"step": n_fed + i, "phase": "resident", "data_wait_s": 0.0, "step_time_s": dt,
                     "compute_s": dt, "loss": loss_v}
 
-        bound = measure_window(resident_step, cfg)
+        bound = measure_window(resident_step, cfg, agree=agree, agree_every=agree_every)
     finally:
         if not closed:
             feed.close()
@@ -543,7 +619,8 @@ def run_detailed(cfg: TrainConfig) -> RunResult:
     resident_sps = cfg.batch_size * len(res_df) / float(res_df.step_time_s.sum())
     sps = samples / wall
     eff_lo, eff_hi = ratio_interval(fed_df.step_time_s, res_df.step_time_s, seed=cfg.seed)
-    dev_stats = devices[0].memory_stats() or {}
+    local_devices = [d for d in devices if d.process_index == jax.process_index()]
+    dev_stats = local_devices[0].memory_stats() or {}
     row = {
         **configs.to_flat_dict(cfg),
         **env_lib.environment(),
@@ -596,7 +673,7 @@ def run_detailed(cfg: TrainConfig) -> RunResult:
         "first_loss": float(steps_df.loss.iloc[0]),
         "wall_s": time.perf_counter() - t_start,
     }
-    return RunResult(pd.DataFrame([row]), steps_df, grain_stats)
+    return RunResult(pd.DataFrame([row]), steps_df, grain_stats, layout)
 
 
 def run(cfg: TrainConfig) -> pd.DataFrame:
