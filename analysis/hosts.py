@@ -21,12 +21,17 @@ What comes from the measurement, and what is assumed:
 * bytes per record and per device sample from ``image_size`` × ``channels`` (uint8 in, float32
   out); the host→device link, the read link and the cross-process gradient reduction are not
   measured by a single process: the link defaults stand, and the reduction is left out.
+* :func:`match_rate` then scales the CPU times by one factor so that the simulated single process runs
+  at the reference's own measured samples/s: the pipeline model runs the loader and the step as
+  separate servers, while on a small CPU share they contend for the same cores (the factor
+  absorbs that contention; it is fitted on the single-process reference only);
 * ``cpu_dilation`` multiplies the CPU service times (transform and step) when the reference had
   more CPU than each of the N processes will (see ``experiments.hosts``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Mapping
 
@@ -35,7 +40,7 @@ import pandas as pd
 
 from memsim.knobs import ConfigError
 from memsim.multihost import straggler_hosts
-from memsim.pipeline import PipelineConfig
+from memsim.pipeline import PipelineConfig, sweep
 
 LOADER_FIELDS = ("num_workers", "per_worker_buffer_size", "prefetch_buffer_size", "feed", "cpu_buffer_size",
                  "device_buffer_size", "batch_size", "grad_accum_steps", "precision")
@@ -143,6 +148,41 @@ def host_config(rows, steps: pd.DataFrame | None = None, *, cpu_dilation: float 
         sigma = math.log(ratio) / P90_Z if ratio == ratio and ratio > 1 else 0.0
         kw["compute_dist"] = f"lognormal:{max(math.sqrt(math.expm1(sigma * sigma)), MIN_CV):g}"
     return PipelineConfig(**kw)
+
+
+def match_rate(cfg: PipelineConfig, samples_per_s: float, *, n_items: int = 400, seed: int = 0,
+               factors=tuple(np.geomspace(0.25, 8.0, 41))) -> float:
+    """The factor on the CPU times (transform and step) at which one simulated host runs at ``samples_per_s``.
+
+    One vmapped sweep over ``factors``; log-linear interpolation between them.
+
+    Args:
+        cfg: the host calibrated from its stage times (:func:`host_config`).
+        samples_per_s: the same host's measured single-process rate.
+        n_items, seed: simulation length and seed.
+        factors: candidate factors, increasing.
+
+    Returns:
+        The factor (use it as ``host_config(..., cpu_dilation=factor × dilation)``).
+
+    Example:
+        >>> cfg = PipelineConfig(batch_size=10, num_workers=1, transform_s=1e-3, compute_s=1e-3,
+        ...                      transform_dist="deterministic", compute_dist="deterministic",
+        ...                      record_bytes=0, device_sample_bytes=0, transfer_latency_s=0)
+        >>> round(match_rate(cfg, 500.0, n_items=200), 3)  # 10 ms of transform a batch: 1000/s; at 2×, 500/s
+        2.0
+    """
+    if not (isinstance(samples_per_s, (int, float, np.floating)) and math.isfinite(samples_per_s) and samples_per_s > 0):
+        raise ConfigError(f"samples_per_s={samples_per_s!r}: must be a measured rate > 0")
+    ks = np.asarray(factors, float)
+    grid = [dataclasses.replace(cfg, transform_s=cfg.transform_s * k, compute_s=cfg.compute_s * k) for k in ks]
+    rate = sweep(grid, n_items=n_items, seed=seed)["samples_per_s"].to_numpy()
+    rate = np.minimum.accumulate(rate)  # non-increasing in the factor (Monte-Carlo noise aside)
+    if not rate[-1] <= samples_per_s <= rate[0]:
+        raise ConfigError(f"samples_per_s={samples_per_s:.4g}: outside what factors {ks[0]:g}..{ks[-1]:g} on the "
+                          f"CPU times give ({rate[-1]:.4g}..{rate[0]:.4g}); the calibration does not describe "
+                          f"this host")
+    return float(np.exp(np.interp(np.log(samples_per_s), np.log(rate[::-1]), np.log(ks[::-1]))))
 
 
 def predict_stragglers(normal: PipelineConfig | None, slow: PipelineConfig | None, n: int, *,

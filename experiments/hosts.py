@@ -252,8 +252,8 @@ def run(cfg: HostsConfig, out_dir: Path, *, launch: Callable | None = None, refe
             return runloop.Outcome({**out["row"], **h}, {"steps": out.get("steps")})
         slowed = cfg.slowed_id(it.n)
         per = {slowed: cfg.slow_overrides()} if slowed >= 0 else None
-        res = launch(cfg.train_config(it.n, False, False), it.n, per_process=per, timeout_s=cfg.timeout_s,
-                     results_dir=out_dir / "launches" / f"{job.config_id}-r{job.repeat}")
+        # the run's row and per-process table are written here, through the run loop, with the rest
+        res = launch(cfg.train_config(it.n, False, False), it.n, per_process=per, timeout_s=cfg.timeout_s)
         row = res.row.iloc[0].to_dict()
         if "num_processes" in row and int(row["num_processes"]) != it.n:
             raise RuntimeError(f"launch ran {row['num_processes']} processes, asked for {it.n}")
@@ -279,7 +279,7 @@ def run(cfg: HostsConfig, out_dir: Path, *, launch: Callable | None = None, refe
 def predict_and_compare(cfg: HostsConfig, rows: pd.DataFrame, out_dir: Path) -> pd.DataFrame:
     """One row per N: the prediction from this run's single-process references, beside the
     measured multi-process throughput."""
-    from analysis.hosts import compare, host_config, predict_stragglers
+    from analysis.hosts import compare, host_config, match_rate, predict_stragglers
     cur = results.current(rows)
     ok = cur[cur["status"] == "ok"]
     steps = results.read_csv_rows(out_dir / "steps.csv") if (out_dir / "steps.csv").exists() else pd.DataFrame()
@@ -289,7 +289,7 @@ def predict_and_compare(cfg: HostsConfig, rows: pd.DataFrame, out_dir: Path) -> 
         _, dil = cores_for(n, cfg.reference)
         p = {"num_processes": n, "slowed_process": slowed, "slowed_how": cfg.slowed_how() if slowed >= 0 else "",
              "reference": cfg.reference, "cpu_dilation": dil}
-        calib = {}
+        calib, staged = {}, {}
         try:
             for kind in ("normal", "slow"):
                 ref = ok[(ok["role"] == "reference") & (ok["num_processes"] == n) & (ok["kind"] == kind)]
@@ -297,13 +297,21 @@ def predict_and_compare(cfg: HostsConfig, rows: pd.DataFrame, out_dir: Path) -> 
                 if not len(ref):
                     if needed:
                         raise ConfigError(f"no ok single-process {kind} reference for N={n}")
-                    calib[kind] = None
+                    calib[kind] = staged[kind] = None
                     continue
                 st = steps[steps["config_id"].isin(ref["config_id"])] if len(steps) and "config_id" in steps else None
-                calib[kind] = host_config(ref, st, cpu_dilation=dil)
-                p[f"{kind}_reference_samples_per_s"] = float(pd.to_numeric(ref["samples_per_s"]).median())
+                rate = float(pd.to_numeric(ref["samples_per_s"]).median())
+                # fitted on the reference's own conditions, then stretched to the process's CPU share
+                k = match_rate(host_config(ref, st), rate, n_items=cfg.sim_items, seed=cfg.seed)
+                calib[kind] = host_config(ref, st, cpu_dilation=k * dil)
+                staged[kind] = host_config(ref, st, cpu_dilation=dil)
+                p[f"{kind}_reference_samples_per_s"] = rate
+                p[f"{kind}_cpu_factor"] = k
             p.update(predict_stragglers(calib["normal"], calib["slow"], n, slow_count=int(slowed >= 0),
                                         n_items=cfg.sim_items, seed=cfg.seed))
+            p["stage_times_predicted_samples_per_s"] = predict_stragglers(
+                staged["normal"], staged["slow"], n, slow_count=int(slowed >= 0), n_items=cfg.sim_items,
+                seed=cfg.seed)["predicted_samples_per_s"]
             p["prediction_error"] = ""
         except ConfigError as e:
             p.update({"predicted_samples_per_s": math.nan, "prediction_error": str(e)})

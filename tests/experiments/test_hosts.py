@@ -37,7 +37,7 @@ class FakeMulti:
 
 
 def fake_launch(calls, fail_n=()):
-    def launch(cfg, num_processes, *, per_process=None, timeout_s=None, results_dir=None):
+    def launch(cfg, num_processes, *, per_process=None, timeout_s=None):
         calls.append((cfg.batch_size, num_processes, per_process))
         if num_processes in fail_n:
             raise RuntimeError(f"process 1 of {num_processes} exited with code 1")
