@@ -187,6 +187,16 @@ def _scaling_main(cfg, preset, run_id=None, results_root=None):
     return scaling.main(cfg, preset, run_id=run_id, results_root=results_root)
 
 
+def _hosts_presets():
+    from experiments import hosts
+    return hosts.PRESETS
+
+
+def _hosts_main(cfg, preset, run_id=None, results_root=None):
+    from experiments import hosts
+    return hosts.main(cfg, preset, run_id=run_id, results_root=results_root)
+
+
 _SWEEP_OPTIONS = ("run_id", "results_root", "retry_failed")
 _SWEEP_HELP = Experiment.extra_help + (
     "  --retry_failed         with --run_id: run again the (configuration, repeat) pairs whose rows all",
@@ -227,6 +237,9 @@ EXPERIMENTS: dict[str, Experiment] = {
                         _Lazy(_probe_presets), "quick", _probe_main),
     "scaling": Experiment("train the Transformer family on stdlib text for several token budgets: a loss table",
                           _Lazy(_scaling_presets), "quick", _scaling_main),
+    "hosts": Experiment("the straggler check: N = 1, 2, 4 data-parallel processes, one slowed on purpose, "
+                        "measured vs predicted from single-process references",
+                        _Lazy(_hosts_presets), "quick", _hosts_main),
     "study": Experiment("the main job: the quick sweep plus a readable report with figures",
                         _Lazy(_study_presets), "quick", _study_main, _SWEEP_OPTIONS, _SWEEP_HELP),
     "env": Experiment("check this environment: platform, devices, memory kinds, package versions against the "

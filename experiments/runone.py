@@ -44,10 +44,15 @@ def _own_resource_tracker() -> None:
             tracker._fd, tracker._pid = None, None
 
 
-def job(directory: str, compile_cache: str | None = None) -> None:
-    """The child's work; exits 0 with row.json, or 1 with error.json (a KeyboardInterrupt is re-raised)."""
+def job(directory: str, compile_cache: str | None = None, cores: tuple[int, ...] | None = None) -> None:
+    """The child's work; exits 0 with row.json, or 1 with error.json (a KeyboardInterrupt is re-raised).
+
+    ``cores``: run on these CPUs only (set before JAX starts its backend, whose thread pool is sized
+    from the affinity, and inherited by the loader's worker processes)."""
     from experiments.loader import die_with_parent
     die_with_parent()
+    if cores is not None:
+        os.sched_setaffinity(0, cores)
     _own_resource_tracker()
     d = Path(directory)
     _redirect(d)

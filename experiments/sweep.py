@@ -237,13 +237,14 @@ class Runner:
         if stop is not None:
             stop()
 
-    def run(self, cfg: TrainConfig, timeout_s: float) -> dict:
+    def run(self, cfg: TrainConfig, timeout_s: float, cores: tuple[int, ...] | None = None) -> dict:
+        """Runs ``cfg`` in a child (on the CPUs ``cores`` only, if given); {'row', ...} or {'error'}."""
         from experiments import runone
         self._n += 1
         d = Path(self._tmp.name) / f"job{self._n}"
         d.mkdir()
         (d / "config.json").write_text(json.dumps(dataclasses.asdict(cfg)))
-        p = self._ctx.Process(target=runone.job, args=(str(d), self.compile_cache), name="memsim-run")
+        p = self._ctx.Process(target=runone.job, args=(str(d), self.compile_cache, cores), name="memsim-run")
         try:
             p.start()
             p.join(timeout_s)

@@ -573,6 +573,7 @@ def simulate_frame(frame: pd.DataFrame, opts: SimOptions, *, stream_rows: np.nda
     first = np.zeros(n)
     traces = {k: np.zeros((n, total * chunk), fdt) for k in maxplus.TRACE_NAMES} if trace else None
     tkey = _tile_key(d)
+    tiles_of_step: dict[int, int] = {}  # coupled step -> number of tiles holding its hosts
     gkey = _dist_key(frame)
     gcode = _row_codes(gkey)
     for g in np.unique(gcode):
@@ -598,6 +599,10 @@ def simulate_frame(frame: pd.DataFrame, opts: SimOptions, *, stream_rows: np.nda
                 part = m[s:s + width]
                 tiles.append(np.concatenate([part, np.full(width - len(part), part[0])]))
         idx = np.stack(tiles)  # (G, M) row numbers
+        if coupled_hosts is not None:
+            for t in idx:
+                for step in np.unique(coupled_hosts[t]):
+                    tiles_of_step[int(step)] = tiles_of_step.get(int(step), 0) + 1
         lanes, samplers, tables = _lane_arrays(frame, d, idx.ravel())
         lanes = {k: np.asarray(v).reshape(idx.shape) for k, v in lanes.items()}
         lanes["stream"] = streams[idx]
@@ -619,6 +624,12 @@ def simulate_frame(frame: pd.DataFrame, opts: SimOptions, *, stream_rows: np.nda
         _fill_deterministic_busy(accs, g_rows, names, d, total, chunk)
         ends[flat_rows] = e.reshape(-1, total)
         first[flat_rows] = fst.ravel()
+    split = [s for s, count in tiles_of_step.items() if count > 1]
+    if split:  # the kernel couples the lanes of one tile only
+        rows = np.flatnonzero(coupled_hosts == split[0])
+        raise ConfigError(f"coupled_hosts={split[0]} (grid rows {rows.min()}..{rows.max()}): the hosts of one "
+                          f"step differ in distribution kinds or in a buffer larger than "
+                          f"{maxplus.LANE_RING_MAX} batches, so they cannot share a tile; make them equal")
     return {"accs": accs, "ends": ends, "first": first, "d": d, "layout": (warm, total, chunk),
             "trace": traces}
 
