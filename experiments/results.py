@@ -29,9 +29,24 @@ class ResultsError(RuntimeError):
     """A results folder or file that cannot be used as asked; the message says what to do."""
 
 
+# Fields added to a configuration after results were written, with the value every earlier run
+# had: left out of the id while they hold that value, so folders written before they existed still
+# resume (their finished configurations keep their ids).
+ADDED_FIELDS = {"num_processes": 1}
+
+
 def config_id(cfg_dict: dict) -> str:
-    """Stable 12-hex id of a configuration (its fields, sorted), used to skip finished ones."""
-    blob = json.dumps({k: cfg_dict[k] for k in sorted(cfg_dict)}, sort_keys=True, default=str)
+    """Stable 12-hex id of a configuration (its fields, sorted), used to skip finished ones.
+
+    A field of ``ADDED_FIELDS`` at its old value does not change the id:
+
+    >>> config_id({"batch_size": 64}) == config_id({"batch_size": 64, "num_processes": 1})
+    True
+    >>> config_id({"batch_size": 64}) == config_id({"batch_size": 64, "num_processes": 2})
+    False
+    """
+    keep = {k: v for k, v in cfg_dict.items() if k not in ADDED_FIELDS or v != ADDED_FIELDS[k]}
+    blob = json.dumps({k: keep[k] for k in sorted(keep)}, sort_keys=True, default=str)
     return hashlib.sha1(blob.encode()).hexdigest()[:12]
 
 
