@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from memsim.knobs import ConfigError
+from memsim.maxplus import check_mesh
 from memsim.pipeline import PipelineConfig, SimOptions, grid_frame, simulate_frame, summarize
 
 DEFAULT_HOSTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -26,13 +27,17 @@ DEFAULT_HOSTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 def many_hosts(config: PipelineConfig, hosts: Sequence[int] = DEFAULT_HOSTS, *, n_items: int = 1000,
                warmup_frac: float = 0.2, n_batches: int = 8, seed: int = 0,
-               dtype: str = "float32") -> pd.DataFrame:
+               dtype: str = "float32", mesh=None) -> pd.DataFrame:
     """Throughput of N synchronous hosts, for each N in ``hosts``.
 
     Args:
         config: every host's pipeline and step.
         hosts: numbers of hosts (each 1..4096); N = 1 is always simulated as the reference.
         n_items, warmup_frac, n_batches, seed, dtype: see ``memsim.pipeline.SimOptions``.
+        mesh: devices to spread the simulation over, as for ``memsim.pipeline.sweep`` (a mesh
+            with a ``"configs"`` axis; default every local device). The hosts of one N stay on
+            one device (they are one tile); different N run on different devices. The numbers
+            do not depend on the mesh.
 
     Returns:
         DataFrame, one row per N: ``hosts``, ``samples_per_s`` (all hosts together),
@@ -49,6 +54,7 @@ def many_hosts(config: PipelineConfig, hosts: Sequence[int] = DEFAULT_HOSTS, *, 
     """
     if not isinstance(config, PipelineConfig):
         raise ConfigError(f"config={config!r}: expected a PipelineConfig")
+    mesh = check_mesh(mesh)
     hosts = list(hosts)
     if not hosts:
         raise ConfigError("hosts=[]: give at least one number of hosts")
@@ -62,7 +68,7 @@ def many_hosts(config: PipelineConfig, hosts: Sequence[int] = DEFAULT_HOSTS, *, 
     reps = np.repeat(np.arange(len(todo)), todo)
     host_index = np.concatenate([np.arange(n) for n in todo])
     frame = grid_frame([config] * int(sum(todo)), config)
-    raw = simulate_frame(frame, opts, stream_rows=host_index, coupled_hosts=reps)
+    raw = simulate_frame(frame, opts, stream_rows=host_index, coupled_hosts=reps, mesh=mesh)
     res = summarize(raw, frame)
     lead = np.concatenate([[0], np.cumsum(todo)[:-1]])  # host 0 of each N
     r = res.iloc[lead].reset_index(drop=True)
