@@ -425,13 +425,14 @@ def _put(x: np.ndarray, sharding: NamedSharding) -> jax.Array:
     return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
 
 
-def _fetch(tree):
-    """Numpy copies of a tree of global arrays; with a multi-process mesh, gathered onto every process."""
-    leaves = jax.tree_util.tree_leaves(tree)
-    if all(a.is_fully_addressable for a in leaves):
+def _fetch(tree, mesh: Mesh):
+    """Numpy copies of a tree of global arrays; with a multi-process mesh, gathered onto every
+    process first (one jitted resharding to replicated for the whole tree: one program and one
+    launch, where ``multihost_utils.process_allgather`` would run one per array)."""
+    if all(a.is_fully_addressable for a in jax.tree_util.tree_leaves(tree)):
         return jax.device_get(tree)
-    from jax.experimental import multihost_utils
-    return multihost_utils.process_allgather(tree, tiled=True)
+    full = jax.jit(lambda t: t, out_shardings=NamedSharding(mesh, PartitionSpec()))(tree)
+    return jax.tree_util.tree_map(lambda a: np.asarray(a.addressable_data(0)), full)
 
 
 def block_plan(n_tiles: int, lanes_per_tile: int, n_devices: int, block_lanes: int | None = None) -> tuple[int, int]:
@@ -517,7 +518,7 @@ def run_tiles(lanes: dict, tile: dict, tables: tuple, *, samplers: tuple, n_chun
             outs.append(_run(*args, mesh=mesh, samplers=tuple(samplers), n_chunks=int(n_chunks),
                              chunk=int(chunk), rings=rings, coupled=bool(coupled), trace=bool(trace),
                              dtype=fdt, has_update=has_update))
-        outs = _fetch(outs)
+        outs = _fetch(outs, mesh)
     accs = np.concatenate([o[0] for o in outs])[:g]  # (G, M, chunks, kernel_acc_names)
     ends = np.concatenate([o[1] for o in outs])[:g]
     first = np.concatenate([o[2] for o in outs])[:g]
