@@ -57,11 +57,6 @@ def run_cases(mesh) -> dict:
     return {"sweep": rows, "hosts": hosts, "calls": calls}
 
 
-@pytest.fixture(scope="module")
-def one_device():
-    return run_cases(maxplus.config_mesh(jax.devices()[:1]))
-
-
 def assert_same(got: dict, want: dict) -> None:
     pd.testing.assert_frame_equal(got["sweep"], want["sweep"], check_exact=True)
     pd.testing.assert_frame_equal(got["hosts"], want["hosts"], check_exact=True)
@@ -71,20 +66,6 @@ def _env(devices: int) -> dict:
     env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     return env
-
-
-def _wait(procs, timeout=120) -> None:
-    try:
-        for p in procs:
-            p.wait(timeout=timeout)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    for p in procs:
-        out = p.stdout.read().decode(errors="replace")
-        assert p.returncode == 0, f"child exited {p.returncode}:\n{out[-4000:]}"
 
 
 FOUR_DEVICES = """
@@ -119,6 +100,49 @@ pickle.dump(res, open(out, "wb"))
 """
 
 
+class Child:
+    """A child process writing its results to ``out`` and its output to a log file."""
+
+    def __init__(self, script: str, args: list, out: Path, devices: int):
+        self.out, self.log = out, out.with_suffix(".log")
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen([sys.executable, "-c", script, *map(str, args)], cwd=ROOT,
+                                         env=_env(devices), stdout=log, stderr=subprocess.STDOUT)
+
+    def result(self, timeout: float = 120) -> dict:
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        log = self.log.read_text(errors="replace")
+        assert self.proc.returncode == 0, f"child exited {self.proc.returncode}:\n{log[-4000:]}"
+        return pickle.loads(self.out.read_bytes())
+
+
+@pytest.fixture(scope="module")
+def children(tmp_path_factory):
+    """The 4-device child and the two processes, started together (they run while the
+    single-device reference is computed here)."""
+    tmp = tmp_path_factory.mktemp("mesh")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    kids = {"four": [Child(FOUR_DEVICES, [tmp / "four.pkl"], tmp / "four.pkl", devices=4)],
+            "two": [Child(TWO_PROCESSES, [i, port, tmp / f"p{i}.pkl"], tmp / f"p{i}.pkl", devices=2)
+                    for i in range(2)]}
+    yield kids
+    for k in kids["four"] + kids["two"]:
+        if k.proc.poll() is None:
+            k.proc.kill()
+            k.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def one_device(children):
+    return run_cases(maxplus.config_mesh(jax.devices()[:1]))
+
+
 def test_single_device_reference_is_random_and_uses_one_device(one_device):
     # the comparisons below are not vacuous: stochastic rows that differ from row to row
     assert (one_device["sweep"].samples_per_s_stderr > 0).all()
@@ -129,12 +153,8 @@ def test_single_device_reference_is_random_and_uses_one_device(one_device):
     assert [c[2] for c in one_device["calls"]] == [[8]] + [[1]] * 5
 
 
-def test_four_devices_give_the_rows_of_one_device(one_device, tmp_path):
-    out = tmp_path / "four.pkl"
-    p = subprocess.Popen([sys.executable, "-c", FOUR_DEVICES, str(out)], cwd=ROOT, env=_env(4),
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    _wait([p])
-    res = pickle.loads(out.read_bytes())
+def test_four_devices_give_the_rows_of_one_device(one_device, children):
+    res = children["four"][0].result()
     assert_same(res, one_device)
     # every call spread over the 4 devices: the 6 sweep tiles in one call of 2 per device, the 5
     # host tiles in 2 calls of one per device (the padding, 2 and 3 tiles, dropped)
@@ -142,16 +162,9 @@ def test_four_devices_give_the_rows_of_one_device(one_device, tmp_path):
     assert res["error"].startswith("mesh axes {'hosts': 2}:") and "\n" not in res["error"]
 
 
-def test_two_processes_give_the_rows_of_one_device(one_device, tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    procs = [subprocess.Popen([sys.executable, "-c", TWO_PROCESSES, str(i), str(port), str(tmp_path / f"{i}.pkl")],
-                              cwd=ROOT, env=_env(2), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-             for i in range(2)]
-    _wait(procs)
-    for i in range(2):
-        res = pickle.loads((tmp_path / f"{i}.pkl").read_bytes())
+def test_two_processes_give_the_rows_of_one_device(one_device, children):
+    for child in children["two"]:
+        res = child.result()
         assert_same(res, one_device)  # every process holds every row
         # a global mesh of 4 devices; each process computed the shards of its own 2
         assert {c[0] for c in res["calls"]} == {4}
