@@ -17,6 +17,7 @@ from typing import Sequence
 
 import numpy as np
 import pandas as pd
+from jax.sharding import Mesh
 
 from memsim.knobs import ConfigError
 from memsim.maxplus import check_mesh
@@ -27,7 +28,7 @@ DEFAULT_HOSTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 def many_hosts(config: PipelineConfig, hosts: Sequence[int] = DEFAULT_HOSTS, *, n_items: int = 1000,
                warmup_frac: float = 0.2, n_batches: int = 8, seed: int = 0,
-               dtype: str = "float32", mesh=None) -> pd.DataFrame:
+               dtype: str = "float32", mesh: Mesh | None = None) -> pd.DataFrame:
     """Throughput of N synchronous hosts, for each N in ``hosts``.
 
     Args:

@@ -46,6 +46,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
+from jax.sharding import Mesh
 
 from memsim import maxplus
 from memsim.distributions import Dist, as_dist, batch_shape_params, stream_ids, unit_table
@@ -549,7 +550,7 @@ def _row_codes(keys: np.ndarray) -> np.ndarray:
 
 
 def simulate_frame(frame: pd.DataFrame, opts: SimOptions, *, stream_rows: np.ndarray | None = None,
-                   coupled_hosts: np.ndarray | None = None, trace: bool = False, mesh=None) -> dict:
+                   coupled_hosts: np.ndarray | None = None, trace: bool = False, mesh: Mesh | None = None) -> dict:
     """Runs the kernel for every row of a validated grid frame; raw per-row sums.
 
     Args:
@@ -724,7 +725,7 @@ def config_columns(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def sweep(grid, base: PipelineConfig | None = None, *, n_items: int = 2000, warmup_frac: float = 0.2,
-          n_batches: int = 8, seed: int = 0, dtype: str = "float32", mesh=None) -> pd.DataFrame:
+          n_batches: int = 8, seed: int = 0, dtype: str = "float32", mesh: Mesh | None = None) -> pd.DataFrame:
     """Simulates every configuration of ``grid``; one row per configuration.
 
     Args:
@@ -788,7 +789,7 @@ _TRACE_COLUMNS = {"wf": "worker_start", "ls": "read_start", "le": "read_end", "w
 
 
 def simulate_traces(grid, base: PipelineConfig | None = None, n_items: int = 200, seed: int = 0,
-                    dtype: str = "float64", mesh=None) -> list[pd.DataFrame]:
+                    dtype: str = "float64", mesh: Mesh | None = None) -> list[pd.DataFrame]:
     """Every item's times for every configuration of ``grid`` (one compiled run for all).
 
     Args:
