@@ -431,8 +431,15 @@ def _fetch(tree, mesh: Mesh):
     launch, where ``multihost_utils.process_allgather`` would run one per array)."""
     if all(a.is_fully_addressable for a in jax.tree_util.tree_leaves(tree)):
         return jax.device_get(tree)
-    full = jax.jit(lambda t: t, out_shardings=NamedSharding(mesh, PartitionSpec()))(tree)
+    full = _replicate(mesh)(tree)
     return jax.tree_util.tree_map(lambda a: np.asarray(a.addressable_data(0)), full)
+
+
+@functools.lru_cache(maxsize=None)
+def _replicate(mesh: Mesh):
+    """The identity, jitted to put its outputs on every device of ``mesh`` (one per mesh, so that
+    its compilations are cached)."""
+    return jax.jit(lambda tree: tree, out_shardings=NamedSharding(mesh, PartitionSpec()))
 
 
 def block_plan(n_tiles: int, lanes_per_tile: int, n_devices: int, block_lanes: int | None = None) -> tuple[int, int]:
