@@ -16,8 +16,10 @@ one JSON object as the last line.
 On a CPU the devices are XLA host devices (``--xla_force_host_platform_device_count=N``, set
 before JAX starts; by default one per core). They share the machine's cores, so the mesh can
 gain at most the number of cores over one device: on a 2-core machine ``--devices 4`` gives at
-most 2×, less when other processes use the cores. On an accelerator machine the devices are the
-accelerators JAX sees (``--devices`` then only caps how many are used).
+most 2×, less when other processes use the cores, and less again because the sweep's host-side
+work (building the grid, summarising the sums into rows) is not split (measured on the 2-vCPU
+development VM, 20,000 configurations × 1,000 items: 1.2–1.35×). On an accelerator machine the
+devices are the accelerators JAX sees (``--devices`` then only caps how many are used).
 """
 
 from __future__ import annotations
