@@ -5,8 +5,8 @@ What a notebook needs, importable from ``memsim`` directly (the submodules hold 
 - simulate the pipeline: :class:`PipelineConfig`, :func:`sweep` (a grid → one row per
   configuration), :class:`SimOptions`, :func:`grid_frame` + :func:`simulate_frame` +
   :func:`summarize` (the same in steps), :func:`simulate_trace`, :func:`analytic_bounds`,
-  :func:`many_hosts`, :func:`straggler_hosts` (hosts that differ); service-time shapes
-  :class:`Dist` (:mod:`memsim.pipeline`,
+  :func:`many_hosts`, :func:`straggler_hosts` (hosts that differ); :func:`config_mesh` (the devices
+  a sweep is spread over, as a ``jax.sharding.Mesh``); service-time shapes :class:`Dist` (:mod:`memsim.pipeline`,
   :mod:`memsim.distributions`, :mod:`memsim.multihost`);
 - the memory hierarchy: :class:`Hierarchy`, :class:`Tier`, :class:`Link`, :func:`hockney_time`
   (:mod:`memsim.hierarchy`); machine presets :func:`workstation_2020`, :func:`h100_sxm`,
@@ -50,6 +50,7 @@ _LAZY = {
     "pipeline": ("PipelineConfig", "SimOptions", "sweep", "grid_frame", "simulate_frame", "summarize",
                  "simulate_trace", "simulate_traces", "analytic_bounds"),
     "multihost": ("many_hosts", "straggler_hosts"),
+    "maxplus": ("config_mesh",),
     "distributions": ("Dist",),
     "hierarchy": ("Hierarchy", "Tier", "Link", "HierarchyError", "hockney_time"),
     "machines": ("PRESETS", "workstation_2020", "h100_sxm", "h200", "pcie_bandwidth_Bps"),
@@ -86,6 +87,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load lazi
     from memsim.distributions import Dist
     from memsim.footprint import FootprintConfig, FootprintError, peak_comparison, totals, tree_bytes
     from memsim.hierarchy import Hierarchy, HierarchyError, Link, Tier, hockney_time
+    from memsim.maxplus import config_mesh
     from memsim.machines import PRESETS, h100_sxm, h200, pcie_bandwidth_Bps, workstation_2020
     from memsim.multihost import many_hosts, straggler_hosts
     from memsim.pipeline import (PipelineConfig, SimOptions, analytic_bounds, grid_frame, simulate_frame,

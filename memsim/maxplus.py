@@ -40,6 +40,15 @@ the kernel returns sums of busy, blocked and buffered times and the time the chu
 finished computing; :mod:`memsim.pipeline` turns them into rates, fractions, occupancies and
 batch-means errors. Blocks of about 2048 lanes keep one item's working set in the CPU caches.
 
+Devices: the tiles are spread over a :class:`jax.sharding.Mesh` with an axis named
+:data:`CONFIG_AXIS` (``"configs"``; :func:`config_mesh` builds one, by default over every local
+device). Each call of the kernel takes one block per device, as arrays sharded over that axis
+(``NamedSharding``), and ``jax.shard_map`` runs the same per-block program on every device with
+no communication between them, so a configuration's numbers do not depend on the mesh. A mesh
+spanning several processes (``jax.distributed``) works the same way: every process builds the
+same inputs, computes the blocks of its own devices, and the results are gathered onto every
+process at the end.
+
 Cost on the 2-vCPU development VM (CPU time per configuration-item): about 3.5 ns for
 deterministic stages with wide tiles, plus 3–4 ns per lognormal stage, about 1.7 ns for a ring
 read per lane by a gather (under 1 ns by selects for rings of up to 8 slots); tiles narrower than
@@ -58,8 +67,12 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from memsim import distributions as dists
+from memsim.knobs import ConfigError
+
+CONFIG_AXIS = "configs"  # the mesh axis that configurations (tiles) are spread over
 
 ACC_NAMES = (
     "busy_compute",      # sum of C (incl. optimizer update)
@@ -226,12 +239,31 @@ _INT_TILE = ("lag_w", "lag_q", "lag_h", "lag_d")
 _BOOL_TILE = ("no_workers", "merged", "host0", "dev0", "feed_none")
 
 
-@functools.partial(jax.jit, static_argnames=("samplers", "n_chunks", "chunk", "rings", "coupled",
+@functools.partial(jax.jit, static_argnames=("mesh", "samplers", "n_chunks", "chunk", "rings", "coupled",
                                              "trace", "dtype", "has_update"))
-def _run(lane_f, stream, tile_i, tile_b, tables, seed_key, *, samplers, n_chunks, chunk, rings, coupled,
-         trace, dtype, has_update=True):
+def _run(lane_f, stream, tile_i, tile_b, tables, seed_key, *, mesh, samplers, n_chunks, chunk, rings,
+         coupled, trace, dtype, has_update=True):
+    """:func:`_kernel` on every device of ``mesh``, each on its own block of tiles.
+
+    The tile axis of every input and output is split over ``CONFIG_AXIS``; the tables and the
+    seed are replicated. There is no communication between devices (a tile's lanes stay on one
+    device, so coupled hosts stay together too).
+    """
+    body = functools.partial(_kernel, samplers=samplers, n_chunks=n_chunks, chunk=chunk, rings=rings,
+                             coupled=coupled, trace=trace, dtype=dtype, has_update=has_update)
+    split = PartitionSpec(None, CONFIG_AXIS)  # (fields, tiles, lanes)
+    tiles = PartitionSpec(CONFIG_AXIS)        # (tiles, ...)
+    rep = PartitionSpec()
+    # check_vma=False: the scans start from constants and carry per-device values, which is
+    # what each block computes on its own (no collective is used)
+    return jax.shard_map(body, mesh=mesh, in_specs=(split, tiles, split, split, rep, rep),
+                         out_specs=tiles, check_vma=False)(lane_f, stream, tile_i, tile_b, tables, seed_key)
+
+
+def _kernel(lane_f, stream, tile_i, tile_b, tables, seed_key, *, samplers, n_chunks, chunk, rings, coupled,
+            trace, dtype, has_update=True):
     # rings: ((size, per_lane), ...) for the four rings
-    """All tiles: ``jax.vmap`` of :func:`_step` over tiles inside ``lax.scan`` over items.
+    """All tiles of one block: ``jax.vmap`` of :func:`_step` over tiles inside ``lax.scan`` over items.
 
     Inputs are packed (float lane fields (F, G, M), streams (G, M), lags
     (4, G, M) and switches (5, G, M)) so that a block travels in few transfers. Service
@@ -326,14 +358,120 @@ def compiled_variants() -> int:
     return _run._cache_size()  # noqa: SLF001 — jax.jit's cache size; no public accessor
 
 
+BLOCK_LANES = 2048  # lanes per device and kernel call: one item's working set stays in the CPU caches
+
+
+def config_mesh(devices=None) -> Mesh:
+    """A one-axis mesh (axis :data:`CONFIG_AXIS`) to spread configurations over.
+
+    Args:
+        devices: the devices, in order (default: every local device of the default backend,
+            which is what the simulation uses when it is given no mesh). In a multi-process
+            runtime pass ``jax.devices()`` to spread one sweep over every process's devices.
+
+    Returns:
+        ``jax.sharding.Mesh`` of shape ``{"configs": len(devices)}``.
+
+    Example:
+        >>> mesh = config_mesh(jax.devices()[:1])
+        >>> mesh.axis_names, mesh.shape[CONFIG_AXIS]
+        (('configs',), 1)
+    """
+    devices = jax.local_devices() if devices is None else list(devices)
+    if not devices:
+        raise ConfigError("devices=[]: give at least one device (e.g. jax.devices()[:1])")
+    bad = [d for d in devices if not isinstance(d, jax.Device)]
+    if bad:
+        raise ConfigError(f"devices contains {bad[0]!r}: expected jax.Device objects (from jax.devices())")
+    return Mesh(np.array(devices, dtype=object), (CONFIG_AXIS,))
+
+
+def check_mesh(mesh) -> Mesh:
+    """``mesh``, or a one-line ``ConfigError`` saying why it cannot spread configurations.
+
+    A usable mesh is a ``jax.sharding.Mesh`` with an axis named :data:`CONFIG_AXIS`; any other
+    axis must have size 1 (the simulation only splits configurations), and at least one of its
+    devices must belong to this process. ``None`` gives :func:`config_mesh` over the local devices.
+
+    Example:
+        >>> check_mesh(Mesh(np.array(jax.devices()[:1]), ("batch",)))
+        Traceback (most recent call last):
+        ...
+        memsim.knobs.ConfigError: mesh axis_names=('batch',): no axis named 'configs' to spread configurations over; build the mesh with memsim.config_mesh(devices) or name one axis 'configs'
+    """
+    if mesh is None:
+        return config_mesh()
+    if not isinstance(mesh, Mesh):
+        raise ConfigError(f"mesh={mesh!r}: expected a jax.sharding.Mesh with an axis named "
+                          f"{CONFIG_AXIS!r} (memsim.config_mesh(devices) builds one)")
+    if CONFIG_AXIS not in mesh.axis_names:
+        raise ConfigError(f"mesh axis_names={tuple(mesh.axis_names)!r}: no axis named {CONFIG_AXIS!r} to spread "
+                          f"configurations over; build the mesh with memsim.config_mesh(devices) or name "
+                          f"one axis {CONFIG_AXIS!r}")
+    other = {k: v for k, v in mesh.shape.items() if k != CONFIG_AXIS and v > 1}
+    if other:
+        raise ConfigError(f"mesh axes {other!r}: only the {CONFIG_AXIS!r} axis may have more than one device "
+                          f"(the simulation only splits configurations); use memsim.config_mesh(mesh.devices.flat)")
+    me = jax.process_index()
+    if not any(d.process_index == me for d in mesh.devices.flat):
+        raise ConfigError(f"mesh devices {list(mesh.devices.flat)!r}: none belongs to process {me}; every "
+                          f"process must hold part of the mesh (e.g. memsim.config_mesh(jax.devices()))")
+    return mesh
+
+
+def _put(x: np.ndarray, sharding: NamedSharding) -> jax.Array:
+    """A global array from a numpy array that every process holds in full (each process places
+    only its own devices' shards)."""
+    return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
+
+
+def _fetch(tree, mesh: Mesh):
+    """Numpy copies of a tree of global arrays; with a multi-process mesh, gathered onto every
+    process first (one jitted resharding to replicated for the whole tree: one program and one
+    launch, where ``multihost_utils.process_allgather`` would run one per array)."""
+    if all(a.is_fully_addressable for a in jax.tree_util.tree_leaves(tree)):
+        return jax.device_get(tree)
+    full = _replicate(mesh)(tree)
+    return jax.tree_util.tree_map(lambda a: np.asarray(a.addressable_data(0)), full)
+
+
+@functools.lru_cache(maxsize=None)
+def _replicate(mesh: Mesh):
+    """The identity, jitted to put its outputs on every device of ``mesh`` (one per mesh, so that
+    its compilations are cached)."""
+    return jax.jit(lambda tree: tree, out_shardings=NamedSharding(mesh, PartitionSpec()))
+
+
+def block_plan(n_tiles: int, lanes_per_tile: int, n_devices: int, block_lanes: int | None = None) -> tuple[int, int]:
+    """(tiles per device per call, calls) for ``n_tiles`` tiles on ``n_devices`` devices.
+
+    Blocks hold about ``block_lanes`` lanes (default :data:`BLOCK_LANES`). When every tile fits in one call, the block is the
+    power of two at or above ``ceil(n_tiles / n_devices)`` (few compiled shapes, every device used).
+    Padding (``calls · n_devices · tiles per device − n_tiles`` tiles) repeats the last tile and is
+    dropped.
+
+    Example:
+        >>> block_plan(3, 32, 4), block_plan(3, 32, 1), block_plan(1000, 32, 4)
+        ((1, 1), (4, 1), (64, 4))
+    """
+    block_lanes = BLOCK_LANES if block_lanes is None else block_lanes
+    per_block = max(1, block_lanes // lanes_per_tile)
+    if n_tiles < per_block * n_devices:
+        per_block = pow2(-(-n_tiles // n_devices))
+    span = per_block * n_devices
+    return per_block, -(-n_tiles // span)
+
+
 def run_tiles(lanes: dict, tile: dict, tables: tuple, *, samplers: tuple, n_chunks: int,
               chunk: int, coupled: bool = False, trace: bool = False, seed_key: int = 0,
-              dtype: str = "float32", block_lanes: int = 2048, devices=None):
-    """Runs the kernel on numpy inputs laid out as tiles, block by block.
+              dtype: str = "float32", block_lanes: int | None = None, mesh: Mesh | None = None):
+    """Runs the kernel on numpy inputs laid out as tiles, block by block, over the devices of ``mesh``.
 
     Tiles are simulated in blocks of about ``block_lanes`` lanes (so one item's working set stays
-    in the CPU caches), all blocks of one shape, compiled once; blocks are dispatched round-robin
-    to ``devices`` (default: every local device of the default backend) and run concurrently.
+    in the CPU caches), all blocks of one shape, compiled once. Each call of the kernel takes one
+    block per device of the mesh's :data:`CONFIG_AXIS`, as inputs sharded over that axis; calls are
+    dispatched without waiting, so the devices run concurrently. A tile's results do not depend on
+    the mesh (the same per-lane arithmetic on every device; random numbers are keyed per lane).
 
     Args:
         lanes: ``Lanes`` field name -> array of shape (G, M).
@@ -346,46 +484,48 @@ def run_tiles(lanes: dict, tile: dict, tables: tuple, *, samplers: tuple, n_chun
         trace: also return every item's times (small runs only).
         seed_key: uint32 derived from the seed.
         dtype: ``"float32"`` (fast) or ``"float64"`` (runs under ``jax.enable_x64``).
-        block_lanes: lanes per block.
-        devices: devices to spread blocks over.
+        block_lanes: lanes per block (default :data:`BLOCK_LANES`).
+        mesh: a mesh with a ``"configs"`` axis (see :func:`check_mesh`); default: every local
+            device. With a multi-process mesh every process must call this with the same inputs.
 
     Returns:
         numpy arrays: per-chunk sums (G, M, n_chunks, len(kernel_acc_names(samplers))), chunk end times
         (G, M, n_chunks), time of the first compute start (G, M), and the trace (a tuple of
         (G, n_chunks, chunk, M) arrays in ``TRACE_NAMES`` order, or None).
     """
+    mesh = check_mesh(mesh)
     g, m = lanes["stream"].shape
     rings = ring_layout(tile)
-    per_block = max(1, block_lanes // m)
-    if g < per_block:  # one block: round the tile count up to a power of two (fewer compilations)
-        per_block = pow2(g)
-    n_blocks = -(-g // per_block)
-    pad = n_blocks * per_block - g
+    per_block, n_calls = block_plan(g, m, int(mesh.shape[CONFIG_AXIS]), block_lanes)
+    span = per_block * int(mesh.shape[CONFIG_AXIS])  # tiles per call
+    pad = n_calls * span - g
     if pad:  # repeat the last tile; its results are dropped
         lanes = {k: np.concatenate([v, np.repeat(v[-1:], pad, 0)]) for k, v in lanes.items()}
         tile = {k: np.concatenate([np.asarray(v), np.repeat(np.asarray(v)[-1:], pad, 0)])
                 for k, v in tile.items()}
     x64 = dtype == "float64"
     has_update = bool(np.any(np.asarray(lanes["upd"]) != 0))
-    devices = list(devices) if devices is not None else jax.local_devices()
     outs = []
     fnp = np.float64 if x64 else np.float32
     lane_f = np.stack([np.asarray(lanes[k], fnp) for k in _FLOAT_LANES])
     stream = np.asarray(lanes["stream"], np.uint32)
     tile_i = np.stack([np.asarray(tile[k], np.int32) for k in _INT_TILE])
     tile_b = np.stack([np.asarray(tile[k], bool) for k in _BOOL_TILE])
+    split = NamedSharding(mesh, PartitionSpec(None, CONFIG_AXIS))
+    by_tile = NamedSharding(mesh, PartitionSpec(CONFIG_AXIS))
+    rep = NamedSharding(mesh, PartitionSpec())
     with jax.enable_x64(x64):
         fdt = jnp.float64 if x64 else jnp.float32
-        for bi in range(n_blocks):
-            sl = slice(bi * per_block, (bi + 1) * per_block)
-            dev = devices[bi % len(devices)]
-            args = jax.device_put((lane_f[:, sl], stream[sl], tile_i[:, sl], tile_b[:, sl],
-                                   tuple(np.asarray(t, fnp) for t in tables),
-                                   np.uint32(int(seed_key) & 0xFFFFFFFF)), dev)
-            outs.append(_run(*args, samplers=tuple(samplers), n_chunks=int(n_chunks),
+        shared = (tuple(_put(np.asarray(t, fnp), rep) for t in tables),
+                  _put(np.asarray(int(seed_key) & 0xFFFFFFFF, np.uint32), rep))
+        for ci in range(n_calls):
+            sl = slice(ci * span, (ci + 1) * span)
+            args = (_put(lane_f[:, sl], split), _put(stream[sl], by_tile), _put(tile_i[:, sl], split),
+                    _put(tile_b[:, sl], split)) + shared
+            outs.append(_run(*args, mesh=mesh, samplers=tuple(samplers), n_chunks=int(n_chunks),
                              chunk=int(chunk), rings=rings, coupled=bool(coupled), trace=bool(trace),
                              dtype=fdt, has_update=has_update))
-        outs = jax.device_get(outs)
+        outs = _fetch(outs, mesh)
     accs = np.concatenate([o[0] for o in outs])[:g]  # (G, M, chunks, kernel_acc_names)
     ends = np.concatenate([o[1] for o in outs])[:g]
     first = np.concatenate([o[2] for o in outs])[:g]

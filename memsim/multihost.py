@@ -26,8 +26,10 @@ from typing import Sequence
 
 import numpy as np
 import pandas as pd
+from jax.sharding import Mesh
 
 from memsim.knobs import ConfigError
+from memsim.maxplus import check_mesh
 from memsim.pipeline import (PipelineConfig, SimOptions, analytic_bounds, grid_frame, simulate_frame,
                              summarize)
 
@@ -46,7 +48,7 @@ def _check_hosts(hosts) -> list[int]:
     return [int(h) for h in hosts]
 
 
-def _simulate_steps(steps: list[list[PipelineConfig]], opts: SimOptions):
+def _simulate_steps(steps: list[list[PipelineConfig]], opts: SimOptions, mesh: Mesh | None = None):
     """Simulates each list of host configurations as one synchronous step (host h of a list uses
     random stream h); returns (raw kernel sums, per-row summary, index of each list's first row)."""
     sizes = [len(s) for s in steps]
@@ -54,7 +56,7 @@ def _simulate_steps(steps: list[list[PipelineConfig]], opts: SimOptions):
     host_index = np.concatenate([np.arange(n) for n in sizes])
     configs = [c for s in steps for c in s]
     frame = grid_frame(configs, configs[0])
-    raw = simulate_frame(frame, opts, stream_rows=host_index, coupled_hosts=reps)
+    raw = simulate_frame(frame, opts, stream_rows=host_index, coupled_hosts=reps, mesh=mesh)
     res = summarize(raw, frame)
     lead = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
     return raw, res, lead
@@ -62,13 +64,17 @@ def _simulate_steps(steps: list[list[PipelineConfig]], opts: SimOptions):
 
 def many_hosts(config: PipelineConfig, hosts: Sequence[int] = DEFAULT_HOSTS, *, n_items: int = 1000,
                warmup_frac: float = 0.2, n_batches: int = 8, seed: int = 0,
-               dtype: str = "float32") -> pd.DataFrame:
+               dtype: str = "float32", mesh: Mesh | None = None) -> pd.DataFrame:
     """Throughput of N synchronous hosts, for each N in ``hosts``.
 
     Args:
         config: every host's pipeline and step.
         hosts: numbers of hosts (each 1..4096); N = 1 is always simulated as the reference.
         n_items, warmup_frac, n_batches, seed, dtype: see ``memsim.pipeline.SimOptions``.
+        mesh: devices to spread the simulation over, as for ``memsim.pipeline.sweep`` (a mesh
+            with a ``"configs"`` axis; default every local device). The hosts of one N stay on
+            one device (they are one tile); different N run on different devices. The numbers
+            do not depend on the mesh.
 
     Returns:
         DataFrame, one row per N: ``hosts``, ``samples_per_s`` (all hosts together),
@@ -85,12 +91,13 @@ def many_hosts(config: PipelineConfig, hosts: Sequence[int] = DEFAULT_HOSTS, *, 
     """
     if not isinstance(config, PipelineConfig):
         raise ConfigError(f"config={config!r}: expected a PipelineConfig")
+    mesh = check_mesh(mesh)
     hosts = _check_hosts(hosts)
     todo = sorted(set(hosts) | {1})
     opts = SimOptions(n_items=n_items, warmup_frac=warmup_frac, n_batches=n_batches, seed=seed,
                       dtype=dtype)
     opts.layout  # noqa: B018 — validates n_items
-    raw, res, lead = _simulate_steps([[config] * n for n in todo], opts)
+    raw, res, lead = _simulate_steps([[config] * n for n in todo], opts, mesh=mesh)
     r = res.iloc[lead].reset_index(drop=True)
     n = np.asarray(todo, dtype=np.float64)
     one = r.iloc[0]
@@ -136,7 +143,8 @@ def _step_of(a: PipelineConfig, b: PipelineConfig) -> dict:
 
 def straggler_hosts(base: PipelineConfig, slow: PipelineConfig, hosts: Sequence[int] = (1, 2, 4, 8),
                     *, slow_count: int = 1, n_items: int = 1000, warmup_frac: float = 0.2,
-                    n_batches: int = 8, seed: int = 0, dtype: str = "float32") -> pd.DataFrame:
+                    n_batches: int = 8, seed: int = 0, dtype: str = "float32",
+                    mesh: Mesh | None = None) -> pd.DataFrame:
     """Throughput of N synchronous hosts of which ``min(slow_count, N)`` run the ``slow`` pipeline.
 
     Host h < N − slow_count runs ``base``, the others ``slow``, so N = 1 with ``slow_count >= 1``
@@ -155,6 +163,7 @@ def straggler_hosts(base: PipelineConfig, slow: PipelineConfig, hosts: Sequence[
         hosts: numbers of hosts (each 1..4096).
         slow_count: slowed hosts among N (>= 0; capped at N).
         n_items, warmup_frac, n_batches, seed, dtype: see ``memsim.pipeline.SimOptions``.
+        mesh: devices to spread the simulation over, as for :func:`many_hosts`.
 
     Returns:
         DataFrame, one row per N: ``hosts``, ``slow_hosts``, ``samples_per_s`` (all hosts
@@ -191,6 +200,7 @@ def straggler_hosts(base: PipelineConfig, slow: PipelineConfig, hosts: Sequence[
                               f"lognormal for both with their own cv)")
     if isinstance(slow_count, bool) or not isinstance(slow_count, (int, np.integer)) or slow_count < 0:
         raise ConfigError(f"slow_count={slow_count!r}: must be an integer >= 0")
+    mesh = check_mesh(mesh)
     hosts = _check_hosts(hosts)
     todo = sorted(set(hosts))
     opts = SimOptions(n_items=n_items, warmup_frac=warmup_frac, n_batches=n_batches, seed=seed,
@@ -207,7 +217,7 @@ def straggler_hosts(base: PipelineConfig, slow: PipelineConfig, hosts: Sequence[
             steps.append([slow] * n)
         else:
             steps.append([b_mix] * (n - k) + [s_mix] * k)
-    raw, res, lead = _simulate_steps(steps, opts)
+    raw, res, lead = _simulate_steps(steps, opts, mesh=mesh)
     bounds = analytic_bounds([c for s in steps for c in s])["bottleneck_bound_steps_per_s"].to_numpy()
     ref = res.iloc[lead[:2]]
     r = res.iloc[lead[2:]].reset_index(drop=True)

@@ -46,6 +46,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
+from jax.sharding import Mesh
 
 from memsim import maxplus
 from memsim.distributions import Dist, as_dist, batch_shape_params, stream_ids, unit_table
@@ -549,7 +550,7 @@ def _row_codes(keys: np.ndarray) -> np.ndarray:
 
 
 def simulate_frame(frame: pd.DataFrame, opts: SimOptions, *, stream_rows: np.ndarray | None = None,
-                   coupled_hosts: np.ndarray | None = None, trace: bool = False) -> dict:
+                   coupled_hosts: np.ndarray | None = None, trace: bool = False, mesh: Mesh | None = None) -> dict:
     """Runs the kernel for every row of a validated grid frame; raw per-row sums.
 
     Args:
@@ -558,12 +559,16 @@ def simulate_frame(frame: pd.DataFrame, opts: SimOptions, *, stream_rows: np.nda
         stream_rows: random stream number per row (default: the row position).
         coupled_hosts: internal (many-hosts): rows with the same value form one synchronous step.
         trace: also return every item's times (one chunk of ``n_items``; no warm-up).
+        mesh: the devices to spread configurations over, a ``jax.sharding.Mesh`` with an axis
+            named ``"configs"`` (``memsim.config_mesh(devices)``); default: every local device.
+            The numbers do not depend on it.
 
     Returns:
         dict with ``accs`` (rows, chunks, n_acc), ``ends`` (rows, chunks), ``first`` (rows,),
         the derived numbers ``d`` and, with ``trace``, ``trace`` (field -> (rows, items)).
     """
     warm, total, chunk = (0, 1, opts.n_items) if trace else opts.layout
+    mesh = maxplus.check_mesh(mesh)
     d = derived(frame)
     n = len(frame)
     streams = stream_ids(np.arange(n) if stream_rows is None else stream_rows, opts.seed)
@@ -612,7 +617,7 @@ def simulate_frame(frame: pd.DataFrame, opts: SimOptions, *, stream_rows: np.nda
                 "feed_none": d["feed_none"][idx]}
         a, e, fst, tr = maxplus.run_tiles(lanes, tile, tables, samplers=samplers, n_chunks=total,
                                           chunk=chunk, coupled=coupled_hosts is not None, trace=trace,
-                                          seed_key=seed_key(opts.seed), dtype=opts.dtype)
+                                          seed_key=seed_key(opts.seed), dtype=opts.dtype, mesh=mesh)
         if trace:  # (G, chunks, chunk, M) -> (G*M, items)
             for k, v in zip(maxplus.TRACE_NAMES, tr):
                 traces[k][idx.ravel()] = np.transpose(v, (0, 3, 1, 2)).reshape(idx.size, -1)
@@ -731,7 +736,7 @@ def config_columns(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def sweep(grid, base: PipelineConfig | None = None, *, n_items: int = 2000, warmup_frac: float = 0.2,
-          n_batches: int = 8, seed: int = 0, dtype: str = "float32") -> pd.DataFrame:
+          n_batches: int = 8, seed: int = 0, dtype: str = "float32", mesh: Mesh | None = None) -> pd.DataFrame:
     """Simulates every configuration of ``grid``; one row per configuration.
 
     Args:
@@ -740,6 +745,12 @@ def sweep(grid, base: PipelineConfig | None = None, *, n_items: int = 2000, warm
             ignored, so measured rows can be passed as they are), or a list of ``PipelineConfig``.
         base: the configuration the grid varies (default ``PipelineConfig()``).
         n_items, warmup_frac, n_batches, seed, dtype: see :class:`SimOptions`.
+        mesh: a ``jax.sharding.Mesh`` with an axis named ``"configs"`` to spread the
+            configurations over (``memsim.config_mesh(devices)`` builds one); default: every
+            local device. Each configuration's random stream is keyed by its grid row, so the
+            rows are identical on any mesh. A mesh over several processes (``jax.distributed``,
+            ``memsim.config_mesh(jax.devices())``): every process calls ``sweep`` with the same
+            arguments, simulates the configurations of its devices, and gets the whole DataFrame.
 
     Returns:
         DataFrame: every config field (knobs named as in the measured rows), then
@@ -758,14 +769,23 @@ def sweep(grid, base: PipelineConfig | None = None, *, n_items: int = 2000, warm
         [[1, 'transform'], [4, 'compute']]
         >>> round(float(df.samples_per_s[1]), 1)
         3200.0
+
+        The same rows from one device and from a mesh over every device:
+
+        >>> import jax
+        >>> from memsim.maxplus import config_mesh
+        >>> one = sweep({"num_workers": [1, 4]}, n_items=200, mesh=config_mesh(jax.devices()[:1]))
+        >>> one.equals(sweep({"num_workers": [1, 4]}, n_items=200, mesh=config_mesh(jax.devices())))
+        True
     """
+    mesh = maxplus.check_mesh(mesh)
     base = PipelineConfig() if base is None else base
     if not isinstance(base, PipelineConfig):
         raise ConfigError(f"base={base!r}: expected a PipelineConfig")
     opts = SimOptions(n_items=n_items, warmup_frac=warmup_frac, n_batches=n_batches, seed=seed, dtype=dtype)
     opts.layout  # noqa: B018 — validates n_items against the chunk layout
     frame = grid_frame(grid, base)
-    raw = simulate_frame(frame, opts)
+    raw = simulate_frame(frame, opts, mesh=mesh)
     res = summarize(raw, frame)
     out = pd.concat([config_columns(frame), res], axis=1)
     out["grid_row"] = np.arange(len(out))
@@ -780,7 +800,7 @@ _TRACE_COLUMNS = {"wf": "worker_start", "ls": "read_start", "le": "read_end", "w
 
 
 def simulate_traces(grid, base: PipelineConfig | None = None, n_items: int = 200, seed: int = 0,
-                    dtype: str = "float64") -> list[pd.DataFrame]:
+                    dtype: str = "float64", mesh: Mesh | None = None) -> list[pd.DataFrame]:
     """Every item's times for every configuration of ``grid`` (one compiled run for all).
 
     Args:
@@ -789,6 +809,7 @@ def simulate_traces(grid, base: PipelineConfig | None = None, n_items: int = 200
         n_items: items to simulate per configuration.
         seed: random seed; configuration i uses the random stream of ``sweep`` row i.
         dtype: float dtype.
+        mesh: devices to spread the configurations over, as for :func:`sweep`.
 
     Returns:
         One DataFrame per configuration, one row per item: ``item``, ``worker``,
@@ -808,7 +829,7 @@ def simulate_traces(grid, base: PipelineConfig | None = None, n_items: int = 200
         raise ConfigError(f"n_items={n_items!r}: must be a positive integer")
     opts = SimOptions(n_items=int(n_items), seed=seed, dtype=dtype)
     frame = grid_frame(grid, base)
-    raw = simulate_frame(frame, opts, trace=True)
+    raw = simulate_frame(frame, opts, trace=True, mesh=mesh)
     out = []
     for r in range(len(frame)):
         df = pd.DataFrame({_TRACE_COLUMNS[k]: v[r] for k, v in raw["trace"].items()})

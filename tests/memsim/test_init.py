@@ -21,7 +21,7 @@ def test_importing_the_knobs_or_the_package_does_not_start_jax():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-HOMES = ("knobs", "pipeline", "multihost", "distributions", "hierarchy", "machines", "units", "placement",
+HOMES = ("knobs", "pipeline", "multihost", "maxplus", "distributions", "hierarchy", "machines", "units", "placement",
          "footprint", "cache")
 
 
