@@ -248,12 +248,12 @@ def test_bound_is_measured_with_the_loader_stopped(data_cache, monkeypatch):
     calls = []
     real = train.measure_window
 
-    def spy(step_fn, cfg, on_measure_start=None):
+    def spy(step_fn, cfg, on_measure_start=None, **kw):
         me = psutil.Process()
         workers = [c for c in me.children(recursive=True) if "resource_tracker" not in " ".join(c.cmdline())]
         threads = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
         calls.append((len(workers), threads))
-        return real(step_fn, cfg, on_measure_start)
+        return real(step_fn, cfg, on_measure_start, **kw)
 
     def data_threads(names):  # all but Grain's idle process-wide helpers (shared-memory unlink pool, stats
         # loops), tqdm's monitor (left by an earlier progress bar) and the run's own memory sampler
