@@ -19,8 +19,16 @@ What comes from the measurement, and what is assumed:
   step; its spread = the measured per-step compute times themselves (an empirical shape), else a
   lognormal whose cv matches the row's p90 / median of the step time;
 * bytes per record and per device sample from ``image_size`` × ``channels`` (uint8 in, float32
-  out); the host→device link, the read link and the cross-process gradient reduction are not
-  measured by a single process: the link defaults stand, and the reduction is left out.
+  out); the host→device link and the read link are not measured by a single process: the link
+  defaults stand;
+* the cross-process gradient reduction, which no single process pays, comes from its own
+  measurement: ``allreduce_s``, the median time of a jitted all-reduce of the model's float32
+  gradient bytes among N processes started and pinned as the run's are
+  (``experiments.distributed.allreduce_probe``, gloo on CPU, with no training around it). It is
+  added to every host's ``update_s`` (once per step, after the micro-batches, as the step's own
+  cost: :func:`predict_stragglers`), deterministic; its wait for a late process is not in it (the
+  coupled hosts' simulation holds that). It assumes the reduction neither overlaps the backward
+  pass nor slows under the loader's competition for the cores;
 * :func:`match_rate` then scales the CPU times by one factor so that the simulated single process runs
   at the reference's own measured samples/s: the pipeline model runs the loader and the step as
   separate servers, while on a small CPU share they contend for the same cores (the factor
@@ -186,7 +194,7 @@ def match_rate(cfg: PipelineConfig, samples_per_s: float, *, n_items: int = 400,
 
 
 def predict_stragglers(normal: PipelineConfig | None, slow: PipelineConfig | None, n: int, *,
-                       slow_count: int = 1, n_items: int = 1000, seed: int = 0) -> dict:
+                       slow_count: int = 1, allreduce_s: float = 0.0, n_items: int = 1000, seed: int = 0) -> dict:
     """Predicted global throughput of ``n`` synchronous processes, ``slow_count`` of them slowed.
 
     Args:
@@ -194,6 +202,8 @@ def predict_stragglers(normal: PipelineConfig | None, slow: PipelineConfig | Non
         slow: a slowed process's (None when none is).
         n: number of processes.
         slow_count: slowed processes among them.
+        allreduce_s: seconds of the cross-process gradient reduction, measured apart (>= 0; 0 for
+            one process); added to every host's ``update_s``, i.e. once to every step.
         n_items, seed: simulation length and seed.
 
     Returns:
@@ -208,11 +218,21 @@ def predict_stragglers(normal: PipelineConfig | None, slow: PipelineConfig | Non
         ...                        PipelineConfig(transform_s=1e-3, **det), 2, n_items=200)
         >>> round(p["predicted_samples_per_s"] / p["predicted_bound_samples_per_s"], 2)
         1.0
+        >>> fast = dict(det, compute_s=0.001)  # compute-bound: 8 / (1 ms + 3 ms of all-reduce) per host
+        >>> p = predict_stragglers(PipelineConfig(transform_s=1e-5, **fast), None, 2, slow_count=0,
+        ...                        allreduce_s=0.003, n_items=200)
+        >>> round(p["predicted_samples_per_s"])
+        4000
     """
+    if not (isinstance(allreduce_s, (int, float, np.floating)) and math.isfinite(allreduce_s) and allreduce_s >= 0):
+        raise ConfigError(f"allreduce_s={allreduce_s!r}: must be a measured time >= 0 seconds")
     if slow_count and slow is None:
         raise ConfigError(f"slow_count={slow_count}: needs a slowed host's calibration (slow=None)")
     if slow_count < n and normal is None:
         raise ConfigError(f"slow_count={slow_count} < n={n}: needs a normal host's calibration (normal=None)")
+    if allreduce_s:
+        normal, slow = (None if c is None else dataclasses.replace(c, update_s=c.update_s + float(allreduce_s))
+                        for c in (normal, slow))
     base = normal if normal is not None else slow
     df = straggler_hosts(base, slow if slow is not None else base, hosts=(int(n),), slow_count=int(slow_count),
                          n_items=n_items, seed=seed)

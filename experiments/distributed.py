@@ -287,8 +287,65 @@ def write_results(out_dir: Path, multi: MultiResult) -> None:
                 w.append(rec)
 
 
+def allreduce_timings(sizes_bytes, repeats: int, warmup: int) -> list[dict]:
+    """Inside a process of a launch: times one jitted all-reduce per size over every process's devices.
+
+    For each size B a global float32 array of shape (devices, B / 4) is sharded on axis 0 (each
+    device holds B bytes, as each holds a full gradient in the data-parallel step) and summed over
+    axis 0 into a replicated result: XLA lowers that to one ``all-reduce`` (checked on the compiled
+    HLO), gloo on CPU. ``warmup`` calls (compilation included) are left out; before each of the
+    ``repeats`` timed calls every process meets at a barrier (``sync_global_devices``), and each
+    call is timed to ``block_until_ready``. The processes' times reach every process (``gather``);
+    a repeat's time is the shortest over the processes (the last to arrive waits for no one: the
+    collective's own time, not the skew at the barrier). Returns one dict per size.
+    """
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import multihost_utils
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    devices = np.array(jax.devices())
+    mesh = Mesh(devices, ("processes",))
+    src, dst = NamedSharding(mesh, P("processes")), NamedSharding(mesh, P())
+    reduce = jax.jit(lambda x: jnp.sum(x, axis=0), out_shardings=dst)
+    mine = []
+    for b in sizes_bytes:
+        m = int(b) // 4
+        local = np.full((jax.local_device_count(), m), jax.process_index() + 1, np.float32)
+        x = jax.make_array_from_process_local_data(src, local, (len(devices), m))
+        hlo = reduce.lower(x).compile().as_text()
+        if "all-reduce" not in hlo:
+            raise RuntimeError(f"size_bytes={b}: the compiled reduction holds no all-reduce")
+        for _ in range(warmup):
+            y = reduce(x).block_until_ready()
+        expect = sum((d.process_index + 1) for d in devices)
+        got = float(np.asarray(y.addressable_data(0))[0])
+        if got != expect:
+            raise RuntimeError(f"size_bytes={b}: the all-reduce gave {got}, expected {expect}")
+        times = []
+        for r in range(repeats):
+            multihost_utils.sync_global_devices(f"allreduce-{b}-{r}")
+            t0 = time.perf_counter()
+            reduce(x).block_until_ready()
+            times.append(time.perf_counter() - t0)
+        mine.append(times)
+    every = gather({"times": mine})
+    out = []
+    for k, b in enumerate(sizes_bytes):
+        t = np.array([p["times"][k] for p in every], float)  # (processes, repeats)
+        per_repeat = t.min(axis=0)
+        out.append({"num_processes": jax.process_count(), "devices": len(devices), "size_bytes": 4 * (int(b) // 4),
+                    "seconds_median": float(np.median(per_repeat)),
+                    "seconds_p90": float(np.quantile(per_repeat, 0.9)),
+                    "seconds_min": float(per_repeat.min()),
+                    "seconds_slowest_process_median": float(np.median(t.max(axis=0))),
+                    "repeats": int(repeats), "warmup": int(warmup), "collective": "all-reduce",
+                    "platform": devices[0].platform})
+    return out
+
+
 def worker_main(argv: list[str]) -> int:
-    """``python -m experiments.distributed DIR I``: process I of a launch (DIR/launch.json)."""
+    """``python -m experiments.distributed DIR I``: process I of a launch (DIR/launch.json; its
+    ``mode``: ``train``, a training run, or ``allreduce``, the collective probe)."""
     d, i = Path(argv[0]), int(argv[1])
     from experiments.loader import die_with_parent
     die_with_parent()
@@ -297,6 +354,15 @@ def worker_main(argv: list[str]) -> int:
     if cpus and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, cpus)  # before JAX starts its thread pools
     try:
+        if spec.get("mode", "train") == "allreduce":
+            initialize(spec["coordinator"], spec["num_processes"], i, spec["init_timeout_s"])
+            rows = allreduce_timings(spec["sizes_bytes"], spec["repeats"], spec["warmup"])
+            if i == 0:
+                rows = [{**r, "cpus_shared": bool(any(spec["shared"]))} for r in rows]
+                tmp = d / "allreduce.json.tmp"
+                tmp.write_text(json.dumps(rows))
+                os.replace(tmp, d / "allreduce.json")
+            return 0
         cfg = TrainConfig(**json.loads((d / f"config_{i}.json").read_text()))
         base = TrainConfig(**spec["base_config"])
         initialize(spec["coordinator"], spec["num_processes"], i, spec["init_timeout_s"])
@@ -433,33 +499,22 @@ def _describe(d: Path, procs, failed, stopped: set[int], culprit: int, lead: str
     return "\n".join(lines)
 
 
-def launch(cfg: TrainConfig, num_processes: int, *, per_process: dict[int, dict] | None = None,
-           timeout_s: float | None = None, results_dir=None, coordinator: str | None = None,
-           init_timeout_s: float = INIT_TIMEOUT_S, on_start=None) -> MultiResult:
-    """Runs ``cfg`` as ``num_processes`` local JAX processes; returns the run's row and per-process table.
+def run_local(num_processes: int, spec: dict, *, files: dict[str, str] | None = None, collect=None,
+              timeout_s: float | None = None, coordinator: str | None = None,
+              init_timeout_s: float = INIT_TIMEOUT_S, on_start=None):
+    """Starts ``num_processes`` local ranks (``python -m experiments.distributed DIR I``), waits for
+    every one of them under the fault bounds, and returns ``collect(DIR)`` (None without it).
 
-    Args:
-        cfg: the run (its ``num_processes`` is replaced by ``num_processes``).
-        num_processes: processes to start; ``cfg.batch_size`` must be divisible by it.
-        per_process: process id → TrainConfig overrides for that process only (``PER_PROCESS_KNOBS``),
-            e.g. ``{1: {"augment_cost": 8}}``.
-        timeout_s: the whole run's limit (None: none beyond the fault bounds).
-        results_dir: a run folder to append ``rows.csv`` and ``processes.csv`` (and steps,
-            grain_stats) to.
-        coordinator: ``127.0.0.1:PORT`` to use that port (default: a free one).
-        init_timeout_s: every process must have joined within this.
-        on_start: called with the list of started ``Popen`` objects.
-
-    Raises:
-        ConfigError: bad input, before any process starts.
-        DistributedError: a process failed or the run timed out; every process has been stopped.
+    ``DIR/launch.json`` holds ``spec`` (its ``mode`` picks what a rank runs: ``train`` or
+    ``allreduce``) with the coordinator, the process count and each rank's cores added; ``files``
+    (name → text) are written beside it. Every rank is pinned, joined and stopped the same way
+    whatever it runs. Raises ConfigError on bad input (before any process starts) and
+    DistributedError when a rank fails or ``timeout_s`` passes (every rank then stopped).
     """
-    from experiments import data as data_lib
-    cfgs = check_launch(cfg, num_processes, per_process)
-    base = dataclasses.replace(cfg, num_processes=num_processes)
+    check(isinstance(num_processes, int) and not isinstance(num_processes, bool) and num_processes >= 1,
+          "num_processes", num_processes, "must be an integer >= 1")
     check(timeout_s is None or timeout_s > 0, "timeout_s", timeout_s, "must be a positive number of seconds or None")
     check(init_timeout_s > 0, "init_timeout_s", init_timeout_s, "must be a positive number of seconds")
-    data_lib.check_cache_dir(base.cache_dir)
     if coordinator is not None:
         host, port = parse_coordinator(coordinator)
         check(host in LOCAL_HOSTS, "coordinator", coordinator,
@@ -473,13 +528,12 @@ def launch(cfg: TrainConfig, num_processes: int, *, per_process: dict[int, dict]
     procs: list[subprocess.Popen] = []
     stopped: set[int] = set()
     try:
-        results_json = {"coordinator": address, "num_processes": num_processes, "init_timeout_s": init_timeout_s,
-                        "cpus": [list(c) for c, _ in shares], "shared": [s for _, s in shares],
-                        "base_config": dataclasses.asdict(base),
-                        "overrides": {str(k): v for k, v in (per_process or {}).items()}}
-        (d / "launch.json").write_text(json.dumps(results_json))
-        for i, c in enumerate(cfgs):
-            (d / f"config_{i}.json").write_text(json.dumps(dataclasses.asdict(c)))
+        (d / "launch.json").write_text(json.dumps(
+            {"mode": "train", **spec, "coordinator": address, "num_processes": num_processes,
+             "init_timeout_s": init_timeout_s, "cpus": [list(c) for c, _ in shares],
+             "shared": [s for _, s in shares]}))
+        for name, text in (files or {}).items():
+            (d / name).write_text(text)
         from experiments.loader import die_with_parent
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         for i in range(num_processes):
@@ -524,6 +578,40 @@ def launch(cfg: TrainConfig, num_processes: int, *, per_process: dict[int, dict]
                     f"timed out after {timeout_s:g} s (timeout_s) with process(es) "
                     f"{', '.join(map(str, sorted(stopped)))} still running; every process was stopped"))
             time.sleep(POLL_S)
+        return collect(d) if collect is not None else None
+    finally:
+        if procs:
+            stop_all(procs)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def launch(cfg: TrainConfig, num_processes: int, *, per_process: dict[int, dict] | None = None,
+           timeout_s: float | None = None, results_dir=None, coordinator: str | None = None,
+           init_timeout_s: float = INIT_TIMEOUT_S, on_start=None) -> MultiResult:
+    """Runs ``cfg`` as ``num_processes`` local JAX processes; returns the run's row and per-process table.
+
+    Args:
+        cfg: the run (its ``num_processes`` is replaced by ``num_processes``).
+        num_processes: processes to start; ``cfg.batch_size`` must be divisible by it.
+        per_process: process id → TrainConfig overrides for that process only (``PER_PROCESS_KNOBS``),
+            e.g. ``{1: {"augment_cost": 8}}``.
+        timeout_s: the whole run's limit (None: none beyond the fault bounds).
+        results_dir: a run folder to append ``rows.csv`` and ``processes.csv`` (and steps,
+            grain_stats) to.
+        coordinator: ``127.0.0.1:PORT`` to use that port (default: a free one).
+        init_timeout_s: every process must have joined within this.
+        on_start: called with the list of started ``Popen`` objects.
+
+    Raises:
+        ConfigError: bad input, before any process starts.
+        DistributedError: a process failed or the run timed out; every process has been stopped.
+    """
+    from experiments import data as data_lib
+    cfgs = check_launch(cfg, num_processes, per_process)
+    base = dataclasses.replace(cfg, num_processes=num_processes)
+    data_lib.check_cache_dir(base.cache_dir)
+
+    def collect(d: Path) -> MultiResult:
         if not (d / "row.json").exists():
             raise DistributedError(f"process 0 of {num_processes} exited without writing its row (see {d})")
         row = pd.DataFrame([json.loads((d / "row.json").read_text())])
@@ -531,14 +619,60 @@ def launch(cfg: TrainConfig, num_processes: int, *, per_process: dict[int, dict]
         for name in ("processes", "steps", "grain_stats"):
             p = d / f"{name}.csv"
             frames[name] = pd.read_csv(p) if p.exists() and p.stat().st_size > 1 else pd.DataFrame()
-        multi = MultiResult(row, frames["processes"], frames["steps"], frames["grain_stats"])
-        if results_dir is not None:
-            write_results(Path(results_dir), multi)
-        return multi
-    finally:
-        if procs:
-            stop_all(procs)
-        shutil.rmtree(d, ignore_errors=True)
+        return MultiResult(row, frames["processes"], frames["steps"], frames["grain_stats"])
+
+    spec = {"mode": "train", "base_config": dataclasses.asdict(base),
+            "overrides": {str(k): v for k, v in (per_process or {}).items()}}
+    files = {f"config_{i}.json": json.dumps(dataclasses.asdict(c)) for i, c in enumerate(cfgs)}
+    multi = run_local(num_processes, spec, files=files, collect=collect, timeout_s=timeout_s,
+                      coordinator=coordinator, init_timeout_s=init_timeout_s, on_start=on_start)
+    if results_dir is not None:
+        write_results(Path(results_dir), multi)
+    return multi
+
+
+def allreduce_probe(num_processes: int, sizes_bytes, *, repeats: int = 20, warmup: int = 3,
+                    timeout_s: float | None = 120.0, coordinator: str | None = None,
+                    init_timeout_s: float = INIT_TIMEOUT_S, on_start=None) -> pd.DataFrame:
+    """Times the cross-process all-reduce on its own: ``num_processes`` local processes, started,
+    pinned and joined as :func:`launch` starts a training run (gloo on CPU), each reducing B bytes
+    of float32 per device for each B in ``sizes_bytes`` (:func:`allreduce_timings`).
+
+    Args:
+        num_processes: processes (>= 2: one process has nothing to reduce with).
+        sizes_bytes: bytes per device, each an integer >= 4 (rounded down to whole float32s).
+        repeats: timed calls per size (>= 1), after ``warmup`` untimed ones (>= 1, compilation
+            included).
+        timeout_s, coordinator, init_timeout_s, on_start: as for :func:`launch`.
+
+    Returns:
+        One row per size: ``num_processes``, ``devices``, ``size_bytes``, ``seconds_median`` and
+        ``seconds_p90`` over the repeats (each repeat the shortest over the processes),
+        ``seconds_min``, ``seconds_slowest_process_median``, ``repeats``, ``warmup``,
+        ``collective``, ``platform``, ``cpus_shared``.
+
+    Raises:
+        ConfigError: bad input, before any process starts.
+        DistributedError: a process failed or the probe timed out; every process has been stopped.
+    """
+    check(isinstance(num_processes, int) and not isinstance(num_processes, bool) and num_processes >= 2,
+          "num_processes", num_processes, "an all-reduce needs an integer >= 2 processes")
+    sizes = list(sizes_bytes) if isinstance(sizes_bytes, (list, tuple, np.ndarray)) else None
+    check(sizes is not None and len(sizes) > 0, "sizes_bytes", sizes_bytes, "give a non-empty list of byte counts")
+    for b in sizes:
+        check(isinstance(b, (int, np.integer)) and not isinstance(b, bool) and b >= 4, "sizes_bytes", sizes_bytes,
+              f"every size must be an integer >= 4 bytes ({b!r} is not)")
+    check(isinstance(repeats, int) and repeats >= 1, "repeats", repeats, "must be an integer >= 1")
+    check(isinstance(warmup, int) and warmup >= 1, "warmup", warmup, "must be an integer >= 1")
+
+    def collect(d: Path) -> pd.DataFrame:
+        if not (d / "allreduce.json").exists():
+            raise DistributedError(f"process 0 of {num_processes} exited without writing its timings (see {d})")
+        return pd.DataFrame(json.loads((d / "allreduce.json").read_text()))
+
+    spec = {"mode": "allreduce", "sizes_bytes": [int(b) for b in sizes], "repeats": repeats, "warmup": warmup}
+    return run_local(num_processes, spec, collect=collect, timeout_s=timeout_s, coordinator=coordinator,
+                     init_timeout_s=init_timeout_s, on_start=on_start)
 
 
 def summary(multi: MultiResult) -> str:

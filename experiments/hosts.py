@@ -4,9 +4,12 @@
 the training run of global batch ``batch_size`` on N processes (``experiments.distributed.launch``;
 each process loads ``batch_size / N``) with process ``slow_process`` slowed (a heavier
 ``slow_augment_cost`` and/or ``slow_num_workers`` on that process only), and predicts its global
-samples/s with ``memsim.multihost.straggler_hosts`` from single-process measurements alone: a
-normal and a slowed process, each measured on its own (``experiments.train`` in a child process) at
-the per-process batch ``batch_size / N``. The prediction never sees the multi-process run.
+samples/s with ``memsim.multihost.straggler_hosts`` from measurements that never see the
+multi-process run: a normal and a slowed process, each measured on its own (``experiments.train`` in
+a child process) at the per-process batch ``batch_size / N``, and for N > 1 the cross-process
+all-reduce its step pays, measured apart (``experiments.distributed.allreduce_probe``: N processes
+started and pinned as the run's are, reducing the model's float32 gradient bytes, and half and
+twice that, ``collective_repeats`` times each). The prediction never sees the multi-process run.
 
 The core share. N processes on a C-core machine get C/N cores each; a reference measured with the
 whole machine overstates what each of them gets. With ``reference=core_share`` (default) the
@@ -20,10 +23,12 @@ either way.
 
 Every single-process reference and every multi-process run is one job of the resumable run loop
 (``experiments.runloop``), repeats interleaved (each round in a freshly shuffled order), one row per
-job in ``rows.csv`` (``role`` = reference | multi); per-step times of references in ``steps.csv``,
-per-process rows of multi runs in ``processes.csv``. At the end ``hosts.csv`` holds one row per N:
-the measured global samples/s (median, interval over repeats), the prediction, ``rel_error``,
-``within_interval``, which process was slowed and how.
+job in ``rows.csv`` (``role`` = reference | multi | collective); per-step times of references in
+``steps.csv``, per-process rows of multi runs in ``processes.csv``, every probed size of collective
+jobs in ``collective.csv``. At the end ``hosts.csv`` holds one row per N: the measured global
+samples/s (median, interval over repeats), the prediction, ``allreduce_s`` (the probe's median at
+the gradient bytes, added to each step), ``predicted_no_allreduce_samples_per_s`` (the prediction
+without it, for comparison), ``rel_error``, ``within_interval``, which process was slowed and how.
 """
 
 from __future__ import annotations
@@ -76,6 +81,7 @@ class HostsConfig:
     # how the single-process references are measured (see the module docstring)
     reference: Literal["core_share", "whole_machine"] = "core_share"
     repeats: int = 2
+    collective_repeats: int = 30   # timed all-reduces per size in one collective job
     order_seed: int = 0
     timeout_s: float = 300.0
     sim_items: int = 1000
@@ -95,6 +101,7 @@ class HostsConfig:
         check(self.slow_num_workers is None or self.slow_num_workers >= 0, "slow_num_workers",
               self.slow_num_workers, "must be >= 0")
         check(self.repeats >= 1, "repeats", self.repeats, "must be >= 1")
+        check(self.collective_repeats >= 1, "collective_repeats", self.collective_repeats, "must be >= 1")
         check(self.timeout_s > 0, "timeout_s", self.timeout_s, "must be positive")
         check(self.sim_items >= 100, "sim_items", self.sim_items, "must be >= 100")
         for n in self.hosts:  # every run must be a valid TrainConfig, before any work
@@ -134,7 +141,7 @@ def smoke() -> HostsConfig:
     """N = 1, 2 once each, small windows: under a minute on a 2-core CPU."""
     return HostsConfig(width=32, depth=1, num_samples=256, image_size=16, batch_size=32, hosts=(1, 2),
                        min_steps=6, min_measure_s=0.0, warmup_steps=2, max_warmup_s=0.3, repeats=1,
-                       sim_items=400)
+                       collective_repeats=10, sim_items=400)
 
 
 def quick() -> HostsConfig:
@@ -167,9 +174,28 @@ def cores_for(n: int, reference: str, available: list[int] | None = None) -> tup
     return tuple(cpus[:k]), max(1.0, k * n / len(cpus))
 
 
+def gradient_bytes(cfg: HostsConfig) -> tuple[int, int]:
+    """(parameters, bytes of their float32 gradient) of the model the runs train (shapes only:
+    ``nnx.eval_shape``, no weights allocated); the same count the training rows carry as ``params``."""
+    from flax import nnx
+    from experiments.models import make_model, param_counts
+    tc = cfg.train_config(1, False, False)
+    n = param_counts(nnx.eval_shape(lambda: make_model(tc.model_config(), seed=tc.seed)))["params"]
+    return n, 4 * n
+
+
+def probe_sizes(nbytes: int) -> list[int]:
+    """The sizes a collective job probes: the gradient's bytes, half and twice (whole float32s).
+
+    >>> probe_sizes(1000)
+    [500, 1000, 2000]
+    """
+    return [max(4, 4 * round(f * nbytes / 4)) for f in (0.5, 1.0, 2.0)]
+
+
 @dataclasses.dataclass(frozen=True)
 class Item:
-    role: str        # reference | multi
+    role: str        # reference | multi | collective
     n: int
     kind: str = ""   # reference: normal | slow
 
@@ -183,6 +209,8 @@ def items(cfg: HostsConfig) -> list[Item]:
         if n - int(slowed) > 0:
             out.append(Item("reference", n, "normal"))
         out.append(Item("multi", n))
+        if n > 1:
+            out.append(Item("collective", n))
     return out
 
 
@@ -196,6 +224,9 @@ def schedule(n_items: int, repeats: int, order_seed: int) -> list[tuple[int, int
 
 def item_id(cfg: HostsConfig, it: Item) -> str:
     flat = configs.to_flat_dict(cfg.train_config(it.n, it.kind == "slow", it.role == "reference"))
+    if it.role == "collective":  # the model fixes the bytes; the probe's own knob is its repeats
+        flat = {"model": flat["model"], "width": flat["width"], "depth": flat["depth"],
+                "image_size": flat["image_size"], "collective_repeats": cfg.collective_repeats}
     return results.config_id({**flat, "role": it.role, "num_processes": it.n, "kind": it.kind,
                               "reference": cfg.reference, "slowed_process": cfg.slowed_id(it.n),
                               "slowed_how": cfg.slowed_how()})
@@ -212,13 +243,20 @@ def default_launch():
     return launch
 
 
+def default_probe():
+    from experiments.distributed import allreduce_probe
+    return allreduce_probe
+
+
 def run(cfg: HostsConfig, out_dir: Path, *, launch: Callable | None = None, reference: Callable | None = None,
-        progress: bool = True) -> pd.DataFrame:
+        probe: Callable | None = None, progress: bool = True) -> pd.DataFrame:
     """Runs every (item, repeat) not yet in ``out_dir/rows.csv``, then predicts and compares.
 
     ``launch`` (default ``experiments.distributed.launch``) runs N processes; ``reference(train_config,
     cores, timeout_s) -> {'row', 'steps'} | {'error'}`` runs one process (default: a child process of
-    ``experiments.sweep.Runner`` pinned to ``cores``). Returns ``hosts.csv``'s frame (one row per N).
+    ``experiments.sweep.Runner`` pinned to ``cores``); ``probe(num_processes, sizes_bytes, repeats=,
+    timeout_s=) -> DataFrame`` times the all-reduce (default ``experiments.distributed.allreduce_probe``).
+    Returns ``hosts.csv``'s frame (one row per N).
     """
     its = items(cfg)
     environment = env_lib.environment()
@@ -250,6 +288,19 @@ def run(cfg: HostsConfig, out_dir: Path, *, launch: Callable | None = None, refe
             if "row" not in out:
                 return runloop.Outcome(failed_row(job, out["error"], time.perf_counter() - t0))
             return runloop.Outcome({**out["row"], **h}, {"steps": out.get("steps")})
+        if it.role == "collective":
+            params, nbytes = gradient_bytes(cfg)
+            table = probe(it.n, probe_sizes(nbytes), repeats=cfg.collective_repeats, timeout_s=cfg.timeout_s)
+            at = table[table["size_bytes"] == probe_sizes(nbytes)[1]]
+            if len(at) != 1:
+                raise RuntimeError(f"the probe returned no row for size_bytes={probe_sizes(nbytes)[1]}")
+            a = at.iloc[0]
+            return runloop.Outcome({**h, "status": "ok", "error": "", "params": params, "gradient_bytes": nbytes,
+                                    "size_bytes": int(a["size_bytes"]), "allreduce_s": float(a["seconds_median"]),
+                                    "allreduce_s_p90": float(a["seconds_p90"]),
+                                    "allreduce_repeats": int(a["repeats"]),
+                                    "wall_s": time.perf_counter() - t0, **environment},
+                                   {"collective": table})
         slowed = cfg.slowed_id(it.n)
         per = {slowed: cfg.slow_overrides()} if slowed >= 0 else None
         # the run's row and per-process table are written here, through the run loop, with the rest
@@ -265,6 +316,7 @@ def run(cfg: HostsConfig, out_dir: Path, *, launch: Callable | None = None, refe
         runner = Runner()
         reference = default_reference(runner)
     launch = launch if launch is not None else default_launch()
+    probe = probe if probe is not None else default_probe()
     try:
         rows = runloop.run_jobs(out_dir, jobs, work, failed_row, header=header, desc="hosts", unit="run",
                                 progress=progress)
@@ -274,6 +326,24 @@ def run(cfg: HostsConfig, out_dir: Path, *, launch: Callable | None = None, refe
     table = predict_and_compare(cfg, rows, out_dir)
     table.to_csv(out_dir / "hosts.csv", index=False)
     return table
+
+
+def allreduce_seconds(ok: pd.DataFrame, n: int) -> float:
+    """The all-reduce every step of N processes pays: the median over this run's ok collective jobs
+    for N of each probe's median (0 for N = 1); ConfigError when N > 1 has none, or when the probe
+    reduced another model's gradient than the references trained."""
+    if n == 1:
+        return 0.0
+    col = ok[(ok["role"] == "collective") & (ok["num_processes"] == n)] if "role" in ok else ok.iloc[:0]
+    if not len(col) or "allreduce_s" not in col:
+        raise ConfigError(f"no ok collective probe for N={n}")
+    refs = ok[(ok["role"] == "reference") & (ok["num_processes"] == n)]
+    if "params" in refs and "params" in col and refs["params"].notna().any():
+        mine = set(pd.to_numeric(col["params"]).astype(int)) | set(pd.to_numeric(refs["params"].dropna()).astype(int))
+        if len(mine) > 1:
+            raise ConfigError(f"N={n}: the collective probe and the references count different parameters "
+                              f"({sorted(mine)})")
+    return float(pd.to_numeric(col["allreduce_s"]).median())
 
 
 def predict_and_compare(cfg: HostsConfig, rows: pd.DataFrame, out_dir: Path) -> pd.DataFrame:
@@ -307,11 +377,14 @@ def predict_and_compare(cfg: HostsConfig, rows: pd.DataFrame, out_dir: Path) -> 
                 staged[kind] = host_config(ref, st, cpu_dilation=dil)
                 p[f"{kind}_reference_samples_per_s"] = rate
                 p[f"{kind}_cpu_factor"] = k
-            p.update(predict_stragglers(calib["normal"], calib["slow"], n, slow_count=int(slowed >= 0),
-                                        n_items=cfg.sim_items, seed=cfg.seed))
+            sim = dict(slow_count=int(slowed >= 0), n_items=cfg.sim_items, seed=cfg.seed)
+            p["predicted_no_allreduce_samples_per_s"] = predict_stragglers(
+                calib["normal"], calib["slow"], n, **sim)["predicted_samples_per_s"]
+            ar = allreduce_seconds(ok, n)
+            p["allreduce_s"] = ar
+            p.update(predict_stragglers(calib["normal"], calib["slow"], n, allreduce_s=ar, **sim))
             p["stage_times_predicted_samples_per_s"] = predict_stragglers(
-                staged["normal"], staged["slow"], n, slow_count=int(slowed >= 0), n_items=cfg.sim_items,
-                seed=cfg.seed)["predicted_samples_per_s"]
+                staged["normal"], staged["slow"], n, allreduce_s=ar, **sim)["predicted_samples_per_s"]
             p["prediction_error"] = ""
         except ConfigError as e:
             p.update({"predicted_samples_per_s": math.nan, "prediction_error": str(e)})
@@ -326,7 +399,8 @@ def predict_and_compare(cfg: HostsConfig, rows: pd.DataFrame, out_dir: Path) -> 
 # ---------------------------------------------------------------------------------------- CLI
 
 def summary(table: pd.DataFrame) -> str:
-    lines = [f"{'N':>3} {'slowed':>22} {'measured samples/s':>26} {'predicted':>11} {'rel_error':>9}  within"]
+    lines = [f"{'N':>3} {'slowed':>22} {'measured samples/s':>26} {'predicted':>11} {'rel_error':>9}  within"
+             f"  {'all-reduce':>10} {'without it':>10} {'rel_error':>9}"]
     for _, r in table.iterrows():
         how = f"p{r.slowed_process}: {r.slowed_how}" if r.slowed_process >= 0 else "none"
         meas = (f"{r.measured_samples_per_s:8.1f} [{r.measured_lo:.1f}, {r.measured_hi:.1f}]"
@@ -334,7 +408,14 @@ def summary(table: pd.DataFrame) -> str:
         pred = f"{r.predicted_samples_per_s:11.1f}" if r.predicted_samples_per_s == r.predicted_samples_per_s \
             else f"{'—':>11}"
         err = f"{r.rel_error:+9.1%}" if r.rel_error == r.rel_error else f"{'—':>9}"
-        lines.append(f"{r.num_processes:>3} {how:>22} {meas:>26} {pred} {err}  {'yes' if r.within_interval else 'no'}")
+        ar = r.get("allreduce_s", math.nan)
+        ar = f"{ar * 1e3:8.2f}ms" if ar == ar else f"{'—':>10}"
+        wo = r.get("predicted_no_allreduce_samples_per_s", math.nan)
+        wo_err = wo / r.measured_samples_per_s - 1 if wo == wo and r.measured_samples_per_s > 0 else math.nan
+        wo = f"{wo:10.1f}" if wo == wo else f"{'—':>10}"
+        wo_err = f"{wo_err:+9.1%}" if wo_err == wo_err else f"{'—':>9}"
+        lines.append(f"{r.num_processes:>3} {how:>22} {meas:>26} {pred} {err}  {'yes' if r.within_interval else 'no':>6}"
+                     f"  {ar} {wo} {wo_err}")
         if isinstance(r.get("prediction_error"), str) and r.prediction_error:
             lines.append(f"    no prediction: {r.prediction_error}")
     return "\n".join(lines)

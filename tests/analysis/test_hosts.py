@@ -10,7 +10,7 @@ import pytest
 
 from analysis.hosts import compare, host_config, predict_stragglers
 from memsim.knobs import ConfigError
-from memsim.pipeline import analytic_bounds
+from memsim.pipeline import PipelineConfig, analytic_bounds
 
 ROW = {"status": "ok", "num_workers": 0, "per_worker_buffer_size": 2, "prefetch_buffer_size": 2,
        "feed": "double_buffer", "cpu_buffer_size": 4, "device_buffer_size": 2, "batch_size": 16,
@@ -54,6 +54,20 @@ def test_prediction_from_nearly_deterministic_rows_is_the_slowest_hosts_bound():
     b = analytic_bounds([slow])["bottleneck_bound_samples_per_s"].iloc[0]
     assert p["predicted_samples_per_s"] == pytest.approx(4 * b, rel=2e-3)
     assert p["predicted_bottleneck"] == "transform"
+
+
+def test_the_allreduce_is_paid_once_a_step():
+    # deterministic, compute-bound: steps/s = 1 / (compute + all-reduce), on every host
+    det = dict(transform_dist="deterministic", compute_dist="deterministic", batch_size=8, num_workers=1,
+               record_bytes=0, device_sample_bytes=0, transfer_latency_s=0)
+    host = PipelineConfig(transform_s=1e-5, compute_s=2e-3, **det)
+    slow = PipelineConfig(transform_s=2e-5, compute_s=2e-3, **det)
+    for n, ar in ((1, 0.0), (2, 3e-3), (4, 8e-3)):
+        p = predict_stragglers(host, slow, n, allreduce_s=ar, n_items=300)
+        assert p["predicted_steps_per_s"] == pytest.approx(1 / (2e-3 + ar), rel=1e-3)
+        assert p["predicted_samples_per_s"] == pytest.approx(n * 8 / (2e-3 + ar), rel=1e-3)
+    with pytest.raises(ConfigError, match="allreduce_s=-0.001"):
+        predict_stragglers(host, slow, 2, allreduce_s=-1e-3)
 
 
 def test_bad_rows_are_named():

@@ -49,6 +49,16 @@ def fake_launch(calls, fail_n=()):
     return launch
 
 
+def fake_probe(calls, seconds=2e-3):
+    """An all-reduce of ``seconds`` per size (times N / 2), recorded in ``calls``."""
+    def probe(num_processes, sizes_bytes, *, repeats, timeout_s):
+        calls.append((num_processes, tuple(sizes_bytes), repeats))
+        t = seconds * num_processes / 2
+        return pd.DataFrame({"num_processes": num_processes, "size_bytes": list(sizes_bytes),
+                             "seconds_median": t, "seconds_p90": 1.5 * t, "repeats": repeats})
+    return probe
+
+
 CFG = dataclasses.replace(hosts.smoke(), hosts=(1, 2, 4), repeats=2, sim_items=200)
 
 
@@ -58,11 +68,19 @@ def two_cpus(monkeypatch):
 
 
 def test_rows_predictions_and_resume(tmp_path):
-    refs, launches = [], []
-    table = hosts.run(CFG, tmp_path, launch=fake_launch(launches), reference=fake_reference(refs), progress=False)
+    refs, launches, probes = [], [], []
+    table = hosts.run(CFG, tmp_path, launch=fake_launch(launches), reference=fake_reference(refs),
+                      probe=fake_probe(probes), progress=False)
     rows = read_csv_rows(tmp_path / "rows.csv")
-    # per round: N=1 slow; N=2 and N=4 normal and slow; three launches
-    assert len(rows) == 2 * 8 and (rows.role == "multi").sum() == 6
+    # per round: N=1 slow; N=2 and N=4 normal and slow; three launches; a probe for N=2 and N=4
+    assert len(rows) == 2 * 10 and (rows.role == "multi").sum() == 6 and (rows.role == "collective").sum() == 4
+    # the probe reduces the model's float32 gradient (and half and twice it), among N processes
+    params, nbytes = hosts.gradient_bytes(CFG)
+    assert nbytes == 4 * params and params == 32 * 16 * 16 * 3 + 32 + 32 * 10 + 10  # smoke: mlp, width 32, depth 1
+    assert sorted(probes) == [(n, (nbytes // 2, nbytes, 2 * nbytes), CFG.collective_repeats) for n in (2, 2, 4, 4)]
+    col = rows[rows.role == "collective"]
+    assert (col.size_bytes == nbytes).all() and (col.params == params).all()
+    assert len(read_csv_rows(tmp_path / "collective.csv")) == 4 * 3
     assert {(b, n) for b, n, _ in launches} == {(32, 1), (32, 2), (32, 4)}  # global batch on every launch
     assert all(per == {n - 1: {"augment_cost": 8}} for _, n, per in launches)  # the last process is slowed
     # references at the per-process batch, pinned to the core share (1 core for N >= 2 on 2 CPUs)
@@ -77,17 +95,39 @@ def test_rows_predictions_and_resume(tmp_path):
     # the slowed process (augment 9e-4 s per sample, no workers) sets the pace: N × b/N / (b/N · 9e-4),
     # its CPU times doubled for N = 4 (half a core each, from a reference on one core)
     assert table.cpu_dilation.tolist() == [1.0, 1.0, 2.0]
+    # (the all-reduce, 2 and 4 ms, hides behind the slowed transform: 14.4 and 14.4 ms a step)
     np.testing.assert_allclose(table.predicted_samples_per_s, [1 / 9e-4, 2 / 9e-4, 4 / 9e-4 / 2], rtol=0.03)
-    assert "N" in hosts.summary(table)
+    np.testing.assert_allclose(table.predicted_no_allreduce_samples_per_s, table.predicted_samples_per_s, rtol=0.03)
+    assert table.allreduce_s.tolist() == [0.0, 2e-3, 4e-3]
+    assert "N" in hosts.summary(table) and "4.00ms" in hosts.summary(table)
     # a rerun of the same folder runs nothing again
-    hosts.run(CFG, tmp_path, launch=fake_launch(launches), reference=fake_reference(refs), progress=False)
-    assert len(launches) == 6 and len(refs) == 10
+    hosts.run(CFG, tmp_path, launch=fake_launch(launches), reference=fake_reference(refs), probe=fake_probe(probes),
+              progress=False)
+    assert len(launches) == 6 and len(refs) == 10 and len(probes) == 4
+
+
+def test_the_measured_allreduce_enters_the_step(tmp_path):
+    # a compute-bound run: 50 ms of all-reduce among 2 processes beside a 1 ms step and no transform
+    cfg = dataclasses.replace(CFG, hosts=(1, 2), repeats=1, slow_augment_cost=0)
+
+    def ref(tc, cores, timeout_s):
+        out = fake_reference([])(tc, cores, timeout_s)
+        out["row"].update(augment_s_per_sample=1e-7, samples_per_s=tc.batch_size / 1e-3)
+        out["steps"]["t_augment"] = 1e-7 * tc.batch_size * np.linspace(0.99, 1.01, 8)
+        return out
+    table = hosts.run(cfg, tmp_path, launch=fake_launch([]), reference=ref, probe=fake_probe([], seconds=0.05),
+                      progress=False).set_index("num_processes")
+    assert table.allreduce_s.tolist() == [0.0, 0.05]
+    # N=2: 32 samples a step of 1 ms + 50 ms; without the all-reduce 32 per 1 ms
+    assert table.loc[2, "predicted_samples_per_s"] == pytest.approx(32 / 0.051, rel=0.02)
+    assert table.loc[2, "predicted_no_allreduce_samples_per_s"] == pytest.approx(32 / 1e-3, rel=0.05)
+    assert table.loc[1, "predicted_samples_per_s"] == table.loc[1, "predicted_no_allreduce_samples_per_s"]
 
 
 def test_a_failed_launch_is_a_row_and_the_prediction_still_stands(tmp_path):
     cfg = dataclasses.replace(CFG, hosts=(1, 2), repeats=1)
     table = hosts.run(cfg, tmp_path, launch=fake_launch([], fail_n=(2,)), reference=fake_reference([]),
-                      progress=False)
+                      probe=fake_probe([]), progress=False)
     rows = read_csv_rows(tmp_path / "rows.csv")
     bad = rows[rows.status == "failed"]
     assert len(bad) == 1 and "process 1 of 2 exited" in bad.error.iloc[0] and bad.num_processes.iloc[0] == 2
@@ -99,9 +139,22 @@ def test_missing_reference_gives_no_prediction(tmp_path):
     def ref(tc, cores, timeout_s):
         return {"error": "killed by SIGKILL"} if tc.augment_cost == 8 else fake_reference([])(tc, cores, timeout_s)
     cfg = dataclasses.replace(CFG, hosts=(2,), repeats=1)
-    table = hosts.run(cfg, tmp_path, launch=fake_launch([]), reference=ref, progress=False)
+    table = hosts.run(cfg, tmp_path, launch=fake_launch([]), reference=ref, probe=fake_probe([]), progress=False)
     assert np.isnan(table.predicted_samples_per_s.iloc[0])
     assert "no ok single-process slow reference for N=2" in table.prediction_error.iloc[0]
+
+
+def test_a_failed_probe_is_a_row_and_gives_no_prediction_with_the_term(tmp_path):
+    def probe(num_processes, sizes_bytes, *, repeats, timeout_s):
+        raise RuntimeError(f"process 1 of {num_processes} was killed by SIGKILL")
+    cfg = dataclasses.replace(CFG, hosts=(2,), repeats=1)
+    table = hosts.run(cfg, tmp_path, launch=fake_launch([]), reference=fake_reference([]), probe=probe,
+                      progress=False)
+    rows = read_csv_rows(tmp_path / "rows.csv")
+    bad = rows[rows.status == "failed"]
+    assert len(bad) == 1 and bad.role.iloc[0] == "collective" and "SIGKILL" in bad.error.iloc[0]
+    assert np.isnan(table.predicted_samples_per_s.iloc[0]) and table.predicted_no_allreduce_samples_per_s.iloc[0] > 0
+    assert "no ok collective probe for N=2" in table.prediction_error.iloc[0]
 
 
 def test_bad_config():
