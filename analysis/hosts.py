@@ -22,8 +22,10 @@ What comes from the measurement, and what is assumed:
   out); the host→device link and the read link are not measured by a single process: the link
   defaults stand;
 * the cross-process gradient reduction, which no single process pays, comes from its own
-  measurement: ``allreduce_s``, the median time of a jitted all-reduce of the model's float32
-  gradient bytes among N processes started and pinned as the run's are
+  measurement: ``allreduce_s``, the median time of a jitted all-reduce of the step's operands (one
+  float32 array per parameter leaf, and the loss: gloo on CPU reduces them one by one, so a model of
+  7 leaves pays about 7× the latency of one array of the same bytes) among N processes started and
+  pinned as the run's are
   (``experiments.distributed.allreduce_probe``, gloo on CPU, with no training around it). It is
   added to every host's ``update_s`` (once per step, after the micro-batches, as the step's own
   cost: :func:`predict_stragglers`), deterministic; its wait for a late process is not in it (the

@@ -290,10 +290,12 @@ def write_results(out_dir: Path, multi: MultiResult) -> None:
 def allreduce_timings(sizes_bytes, repeats: int, warmup: int) -> list[dict]:
     """Inside a process of a launch: times one jitted all-reduce per size over every process's devices.
 
-    For each size B a global float32 array of shape (devices, B / 4) is sharded on axis 0 (each
-    device holds B bytes, as each holds a full gradient in the data-parallel step) and summed over
-    axis 0 into a replicated result: XLA lowers that to one ``all-reduce`` (checked on the compiled
-    HLO), gloo on CPU. ``warmup`` calls (compilation included) are left out; before each of the
+    A size is B (one operand) or a list of B's (the operands of one all-reduce, as the gradients of
+    a model's parameters are: XLA combines them into one tuple ``all-reduce``, but gloo on CPU then
+    reduces operand by operand, so each operand pays the collective's latency). Each operand of B
+    bytes is a global float32 array of shape (devices, B / 4) sharded on axis 0 (each device holds
+    B bytes, as each holds a full gradient in the data-parallel step), summed over axis 0 into a
+    replicated result: XLA lowers that to an ``all-reduce`` (checked on the compiled HLO). ``warmup`` calls (compilation included) are left out; before each of the
     ``repeats`` timed calls every process meets at a barrier (``sync_global_devices``), and each
     call is timed to ``block_until_ready``. The processes' times reach every process (``gather``);
     a repeat's time is the shortest over the processes (the last to arrive waits for no one: the
@@ -306,26 +308,26 @@ def allreduce_timings(sizes_bytes, repeats: int, warmup: int) -> list[dict]:
     devices = np.array(jax.devices())
     mesh = Mesh(devices, ("processes",))
     src, dst = NamedSharding(mesh, P("processes")), NamedSharding(mesh, P())
-    reduce = jax.jit(lambda x: jnp.sum(x, axis=0), out_shardings=dst)
+    reduce = jax.jit(lambda xs: [jnp.sum(x, axis=0) for x in xs], out_shardings=dst)
     mine = []
-    for b in sizes_bytes:
-        m = int(b) // 4
-        local = np.full((jax.local_device_count(), m), jax.process_index() + 1, np.float32)
-        x = jax.make_array_from_process_local_data(src, local, (len(devices), m))
-        hlo = reduce.lower(x).compile().as_text()
+    for k, b in enumerate(sizes_bytes):
+        operands = [int(v) // 4 for v in (b if isinstance(b, (list, tuple)) else [b])]
+        local = [np.full((jax.local_device_count(), m), jax.process_index() + 1, np.float32) for m in operands]
+        xs = [jax.make_array_from_process_local_data(src, v, (len(devices), m)) for v, m in zip(local, operands)]
+        hlo = reduce.lower(xs).compile().as_text()
         if "all-reduce" not in hlo:
             raise RuntimeError(f"size_bytes={b}: the compiled reduction holds no all-reduce")
         for _ in range(warmup):
-            y = reduce(x).block_until_ready()
+            ys = jax.block_until_ready(reduce(xs))
         expect = sum((d.process_index + 1) for d in devices)
-        got = float(np.asarray(y.addressable_data(0))[0])
-        if got != expect:
-            raise RuntimeError(f"size_bytes={b}: the all-reduce gave {got}, expected {expect}")
+        got = [float(np.asarray(y.addressable_data(0))[0]) for y in ys]
+        if any(g != expect for g in got):
+            raise RuntimeError(f"size_bytes={b}: the all-reduce gave {got}, expected {expect} for every operand")
         times = []
         for r in range(repeats):
-            multihost_utils.sync_global_devices(f"allreduce-{b}-{r}")
+            multihost_utils.sync_global_devices(f"allreduce-{k}-{r}")
             t0 = time.perf_counter()
-            reduce(x).block_until_ready()
+            jax.block_until_ready(reduce(xs))
             times.append(time.perf_counter() - t0)
         mine.append(times)
     every = gather({"times": mine})
@@ -333,7 +335,9 @@ def allreduce_timings(sizes_bytes, repeats: int, warmup: int) -> list[dict]:
     for k, b in enumerate(sizes_bytes):
         t = np.array([p["times"][k] for p in every], float)  # (processes, repeats)
         per_repeat = t.min(axis=0)
-        out.append({"num_processes": jax.process_count(), "devices": len(devices), "size_bytes": 4 * (int(b) // 4),
+        operands = [4 * (int(v) // 4) for v in (b if isinstance(b, (list, tuple)) else [b])]
+        out.append({"num_processes": jax.process_count(), "devices": len(devices), "size_bytes": sum(operands),
+                    "operands": len(operands),
                     "seconds_median": float(np.median(per_repeat)),
                     "seconds_p90": float(np.quantile(per_repeat, 0.9)),
                     "seconds_min": float(per_repeat.min()),
@@ -640,13 +644,15 @@ def allreduce_probe(num_processes: int, sizes_bytes, *, repeats: int = 20, warmu
 
     Args:
         num_processes: processes (>= 2: one process has nothing to reduce with).
-        sizes_bytes: bytes per device, each an integer >= 4 (rounded down to whole float32s).
+        sizes_bytes: bytes per device, each an integer >= 4 (rounded down to whole float32s), or a
+            list of them: the operands of one all-reduce (e.g. the bytes of each gradient leaf).
         repeats: timed calls per size (>= 1), after ``warmup`` untimed ones (>= 1, compilation
             included).
         timeout_s, coordinator, init_timeout_s, on_start: as for :func:`launch`.
 
     Returns:
-        One row per size: ``num_processes``, ``devices``, ``size_bytes``, ``seconds_median`` and
+        One row per size: ``num_processes``, ``devices``, ``size_bytes`` (all operands together),
+        ``operands``, ``seconds_median`` and
         ``seconds_p90`` over the repeats (each repeat the shortest over the processes),
         ``seconds_min``, ``seconds_slowest_process_median``, ``repeats``, ``warmup``,
         ``collective``, ``platform``, ``cpus_shared``.
@@ -660,8 +666,10 @@ def allreduce_probe(num_processes: int, sizes_bytes, *, repeats: int = 20, warmu
     sizes = list(sizes_bytes) if isinstance(sizes_bytes, (list, tuple, np.ndarray)) else None
     check(sizes is not None and len(sizes) > 0, "sizes_bytes", sizes_bytes, "give a non-empty list of byte counts")
     for b in sizes:
-        check(isinstance(b, (int, np.integer)) and not isinstance(b, bool) and b >= 4, "sizes_bytes", sizes_bytes,
-              f"every size must be an integer >= 4 bytes ({b!r} is not)")
+        parts = list(b) if isinstance(b, (list, tuple)) else [b]
+        check(len(parts) > 0 and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 4
+                                     for v in parts), "sizes_bytes", sizes_bytes,
+              f"every size must be an integer >= 4 bytes, or a non-empty list of them ({b!r} is not)")
     check(isinstance(repeats, int) and repeats >= 1, "repeats", repeats, "must be an integer >= 1")
     check(isinstance(warmup, int) and warmup >= 1, "warmup", warmup, "must be an integer >= 1")
 
@@ -670,7 +678,8 @@ def allreduce_probe(num_processes: int, sizes_bytes, *, repeats: int = 20, warmu
             raise DistributedError(f"process 0 of {num_processes} exited without writing its timings (see {d})")
         return pd.DataFrame(json.loads((d / "allreduce.json").read_text()))
 
-    spec = {"mode": "allreduce", "sizes_bytes": [int(b) for b in sizes], "repeats": repeats, "warmup": warmup}
+    spec = {"mode": "allreduce", "repeats": repeats, "warmup": warmup,
+            "sizes_bytes": [[int(v) for v in b] if isinstance(b, (list, tuple)) else int(b) for b in sizes]}
     return run_local(num_processes, spec, collect=collect, timeout_s=timeout_s, coordinator=coordinator,
                      init_timeout_s=init_timeout_s, on_start=on_start)
 

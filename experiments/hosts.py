@@ -8,8 +8,8 @@ samples/s with ``memsim.multihost.straggler_hosts`` from measurements that never
 multi-process run: a normal and a slowed process, each measured on its own (``experiments.train`` in
 a child process) at the per-process batch ``batch_size / N``, and for N > 1 the cross-process
 all-reduce its step pays, measured apart (``experiments.distributed.allreduce_probe``: N processes
-started and pinned as the run's are, reducing the model's float32 gradient bytes, and half and
-twice that, ``collective_repeats`` times each). The prediction never sees the multi-process run.
+started and pinned as the run's are, reducing the step's operands — one float32 array per
+parameter leaf and the loss — and the same bytes as one array, ``collective_repeats`` times each). The prediction never sees the multi-process run.
 
 The core share. N processes on a C-core machine get C/N cores each; a reference measured with the
 whole machine overstates what each of them gets. With ``reference=core_share`` (default) the
@@ -174,23 +174,29 @@ def cores_for(n: int, reference: str, available: list[int] | None = None) -> tup
     return tuple(cpus[:k]), max(1.0, k * n / len(cpus))
 
 
-def gradient_bytes(cfg: HostsConfig) -> tuple[int, int]:
-    """(parameters, bytes of their float32 gradient) of the model the runs train (shapes only:
-    ``nnx.eval_shape``, no weights allocated); the same count the training rows carry as ``params``."""
+def gradient_leaves(cfg: HostsConfig) -> tuple[int, list[int]]:
+    """(parameters, bytes of each operand of the step's gradient all-reduce) of the model the runs
+    train, from shapes only (``nnx.eval_shape``, no weights allocated): one float32 operand per
+    parameter leaf, and the scalar loss the step averages with them (XLA combines them into one
+    tuple ``all-reduce``; gloo on CPU reduces it operand by operand, so their number matters as
+    much as their bytes). The parameter count is the one the training rows carry as ``params``."""
+    import jax
     from flax import nnx
     from experiments.models import make_model, param_counts
     tc = cfg.train_config(1, False, False)
-    n = param_counts(nnx.eval_shape(lambda: make_model(tc.model_config(), seed=tc.seed)))["params"]
-    return n, 4 * n
+    model = nnx.eval_shape(lambda: make_model(tc.model_config(), seed=tc.seed))
+    leaves = [4 * int(x.size) for x in jax.tree.leaves(nnx.state(model, nnx.Param))]
+    return param_counts(model)["params"], leaves + [4]
 
 
-def probe_sizes(nbytes: int) -> list[int]:
-    """The sizes a collective job probes: the gradient's bytes, half and twice (whole float32s).
+def probe_sizes(leaves: list[int]) -> list:
+    """What a collective job probes: the step's all-reduce (one operand per gradient leaf, the
+    prediction's term), and the same bytes as one operand (how much the operand count costs).
 
-    >>> probe_sizes(1000)
-    [500, 1000, 2000]
+    >>> probe_sizes([400, 40, 4])
+    [[400, 40, 4], 444]
     """
-    return [max(4, 4 * round(f * nbytes / 4)) for f in (0.5, 1.0, 2.0)]
+    return [list(leaves), int(sum(leaves))]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -289,15 +295,16 @@ def run(cfg: HostsConfig, out_dir: Path, *, launch: Callable | None = None, refe
                 return runloop.Outcome(failed_row(job, out["error"], time.perf_counter() - t0))
             return runloop.Outcome({**out["row"], **h}, {"steps": out.get("steps")})
         if it.role == "collective":
-            params, nbytes = gradient_bytes(cfg)
-            table = probe(it.n, probe_sizes(nbytes), repeats=cfg.collective_repeats, timeout_s=cfg.timeout_s)
-            at = table[table["size_bytes"] == probe_sizes(nbytes)[1]]
-            if len(at) != 1:
-                raise RuntimeError(f"the probe returned no row for size_bytes={probe_sizes(nbytes)[1]}")
-            a = at.iloc[0]
-            return runloop.Outcome({**h, "status": "ok", "error": "", "params": params, "gradient_bytes": nbytes,
-                                    "size_bytes": int(a["size_bytes"]), "allreduce_s": float(a["seconds_median"]),
+            params, leaves = gradient_leaves(cfg)
+            table = probe(it.n, probe_sizes(leaves), repeats=cfg.collective_repeats, timeout_s=cfg.timeout_s)
+            if len(table) != 2:
+                raise RuntimeError(f"the probe returned {len(table)} rows for 2 sizes")
+            a, one = table.iloc[0], table.iloc[1]  # the step's operands; the same bytes as one operand
+            return runloop.Outcome({**h, "status": "ok", "error": "", "params": params,
+                                    "gradient_bytes": 4 * params, "size_bytes": int(a["size_bytes"]),
+                                    "allreduce_operands": len(leaves), "allreduce_s": float(a["seconds_median"]),
                                     "allreduce_s_p90": float(a["seconds_p90"]),
+                                    "allreduce_one_operand_s": float(one["seconds_median"]),
                                     "allreduce_repeats": int(a["repeats"]),
                                     "wall_s": time.perf_counter() - t0, **environment},
                                    {"collective": table})

@@ -269,10 +269,11 @@ def test_ctrl_c_stops_every_process_and_exits_130(tmp_path, data_cache):
 def test_allreduce_probe_times_a_real_all_reduce_and_leaves_no_process():
     started = []
     t0 = time.monotonic()
-    table = distributed.allreduce_probe(2, [64, 4096], repeats=5, warmup=1, timeout_s=60,
+    table = distributed.allreduce_probe(2, [64, [4096, 40, 4]], repeats=5, warmup=1, timeout_s=60,
                                         on_start=lambda procs: started.extend(psutil.Process(p.pid) for p in procs))
     assert time.monotonic() - t0 < 30
-    assert table.size_bytes.tolist() == [64, 4096] and (table.num_processes == 2).all() and (table.devices == 2).all()
+    assert table.size_bytes.tolist() == [64, 4140] and table.operands.tolist() == [1, 3]
+    assert (table.num_processes == 2).all() and (table.devices == 2).all()
     assert (table.collective == "all-reduce").all() and (table.repeats == 5).all()
     assert (table.seconds_median > 0).all() and (table.seconds_p90 >= table.seconds_median).all()
     assert len(started) == 2 and not _gone(started, timeout=2), "orphaned processes"
@@ -283,6 +284,7 @@ def test_allreduce_probe_bad_input_is_one_line():
     for kw, name in (({"num_processes": 1, "sizes_bytes": [64]}, "num_processes=1"),
                      ({"num_processes": 2, "sizes_bytes": [2]}, "sizes_bytes=[2]"),
                      ({"num_processes": 2, "sizes_bytes": []}, "sizes_bytes=[]"),
+                     ({"num_processes": 2, "sizes_bytes": [[64, 2]]}, "sizes_bytes=[[64, 2]]"),
                      ({"num_processes": 2, "sizes_bytes": [64], "repeats": 0}, "repeats=0")):
         with pytest.raises(ConfigError, match=name.replace("[", r"\[").replace("]", r"\]")) as e:
             distributed.allreduce_probe(**kw)

@@ -52,9 +52,10 @@ def fake_launch(calls, fail_n=()):
 def fake_probe(calls, seconds=2e-3):
     """An all-reduce of ``seconds`` per size (times N / 2), recorded in ``calls``."""
     def probe(num_processes, sizes_bytes, *, repeats, timeout_s):
-        calls.append((num_processes, tuple(sizes_bytes), repeats))
+        calls.append((num_processes, sizes_bytes, repeats))
         t = seconds * num_processes / 2
-        return pd.DataFrame({"num_processes": num_processes, "size_bytes": list(sizes_bytes),
+        return pd.DataFrame({"num_processes": num_processes,
+                             "size_bytes": [sum(b) if isinstance(b, list) else b for b in sizes_bytes],
                              "seconds_median": t, "seconds_p90": 1.5 * t, "repeats": repeats})
     return probe
 
@@ -74,13 +75,15 @@ def test_rows_predictions_and_resume(tmp_path):
     rows = read_csv_rows(tmp_path / "rows.csv")
     # per round: N=1 slow; N=2 and N=4 normal and slow; three launches; a probe for N=2 and N=4
     assert len(rows) == 2 * 10 and (rows.role == "multi").sum() == 6 and (rows.role == "collective").sum() == 4
-    # the probe reduces the model's float32 gradient (and half and twice it), among N processes
-    params, nbytes = hosts.gradient_bytes(CFG)
-    assert nbytes == 4 * params and params == 32 * 16 * 16 * 3 + 32 + 32 * 10 + 10  # smoke: mlp, width 32, depth 1
-    assert sorted(probes) == [(n, (nbytes // 2, nbytes, 2 * nbytes), CFG.collective_repeats) for n in (2, 2, 4, 4)]
+    # the probe reduces the step's operands (each float32 gradient leaf, and the loss), among N processes
+    params, leaves = hosts.gradient_leaves(CFG)
+    assert params == 32 * 16 * 16 * 3 + 32 + 32 * 10 + 10  # smoke: mlp, width 32, depth 1
+    assert sorted(leaves) == sorted(4 * n for n in (32 * 16 * 16 * 3, 32, 32 * 10, 10, 1))
+    nbytes = 4 * params + 4
+    assert sorted(probes) == [(n, [leaves, nbytes], CFG.collective_repeats) for n in (2, 2, 4, 4)]
     col = rows[rows.role == "collective"]
-    assert (col.size_bytes == nbytes).all() and (col.params == params).all()
-    assert len(read_csv_rows(tmp_path / "collective.csv")) == 4 * 3
+    assert (col.size_bytes == nbytes).all() and (col.params == params).all() and (col.allreduce_operands == 5).all()
+    assert len(read_csv_rows(tmp_path / "collective.csv")) == 4 * 2
     assert {(b, n) for b, n, _ in launches} == {(32, 1), (32, 2), (32, 4)}  # global batch on every launch
     assert all(per == {n - 1: {"augment_cost": 8}} for _, n, per in launches)  # the last process is slowed
     # references at the per-process batch, pinned to the core share (1 core for N >= 2 on 2 CPUs)
