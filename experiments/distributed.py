@@ -45,6 +45,7 @@ import sys
 import tempfile
 import time
 import traceback
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -541,7 +542,11 @@ def run_local(num_processes: int, spec: dict, *, files: dict[str, str] | None = 
         from experiments.loader import die_with_parent
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         for i in range(num_processes):
-            with open(d / f"process_{i}.log", "wb") as log:
+            with open(d / f"process_{i}.log", "wb") as log, warnings.catch_warnings():
+                # A launcher that has loaded JAX gets JAX's warning that os.fork() and threads may
+                # deadlock. It does not apply here: the child only sets PR_SET_PDEATHSIG
+                # (die_with_parent) and then execs a fresh interpreter.
+                warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
                 procs.append(subprocess.Popen([sys.executable, "-m", "experiments.distributed", str(d), str(i)],
                                               stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                               env=env, start_new_session=True, preexec_fn=die_with_parent))
