@@ -24,7 +24,8 @@ non-zero exit or a signal) the others get ``GRACE_S`` to exit on their own (a de
 gloo collectives with an error), then SIGTERM, then after ``KILL_WAIT_S`` SIGKILL of each process
 group: every process is gone within ``STOP_BOUND_S`` of the first failure, and the launcher raises
 ``DistributedError`` naming the process that failed first. A process that hangs without dying stops
-sending heartbeats: JAX's coordination service ends the others after ``HEARTBEAT_TIMEOUT_S``, and
+sending heartbeats: JAX's coordination service ends the others after ``HEARTBEAT_TIMEOUT_S`` (they
+abort, SIGABRT, naming the silent task in their logs), the launcher names that process and stops it, and
 ``timeout_s`` bounds the whole run. Each process is a session leader (its loader workers in its
 group) and dies with the launcher (PR_SET_PDEATHSIG); a rank is killed before its group, so that its
 multiprocessing resource tracker unlinks the shared memory its Grain workers left.
@@ -453,6 +454,8 @@ def stop_all(procs: list[subprocess.Popen]) -> None:
 _COLLECTIVE_ERR = re.compile(r"gloo|all-reduce|collective|connection reset|connection closed|coordination|"
                              r"heartbeat|barrier", re.I)
 _HEARTBEAT = re.compile(r"Task (\d+) heartbeat timeout|stopped sending heartbeats\):\s*(\d+)")
+# what JAX's client prints when it aborts its own process because a peer failed
+_PEER_ABORT = re.compile(r"distributed service detected fatal errors|another task died", re.I)
 
 
 def _why(d: Path, i: int, rc: int | None, stopped: bool) -> tuple[str, str]:
@@ -478,21 +481,31 @@ def _why(d: Path, i: int, rc: int | None, stopped: bool) -> tuple[str, str]:
     return what, err
 
 
-def _culprit(d: Path, failed: list[tuple[float, int, int]]) -> int:
-    """The process whose failure came first in cause: one killed by a signal, else one whose error
-    is not a failed collective (a peer's symptom), else one JAX's heartbeat named, else the first."""
-    for _, i, rc in failed:
-        if rc < 0:
-            return i
-    texts = {i: _why(d, i, rc, False)[1] for _, i, rc in failed}
-    for _, i, rc in failed:
-        if texts[i] and not _COLLECTIVE_ERR.search(texts[i]):
-            return i
+def _heartbeat_named(d: Path, failed: list[tuple[float, int, int]], n: int) -> int | None:
+    """The process JAX's coordination service named as unhealthy (no heartbeats) in a failed
+    process's log, if any."""
     for _, i, _rc in failed:
         log = d / f"process_{i}.log"
         m = _HEARTBEAT.search(log.read_text(errors="replace")) if log.exists() else None
-        if m:
+        if m and 0 <= int(m.group(1) or m.group(2)) < n:
             return int(m.group(1) or m.group(2))
+    return None
+
+
+def _culprit(d: Path, failed: list[tuple[float, int, int]], n: int) -> int:
+    """The process whose failure came first in cause: the one JAX's heartbeats named (a process
+    that hung or died: the others then abort on their own), else one killed by a signal other than
+    that abort, else one whose error is not a failed collective (a peer's symptom), else the first."""
+    named = _heartbeat_named(d, failed, n)
+    if named is not None:
+        return named
+    texts = {i: _why(d, i, rc, False)[1] for _, i, rc in failed}
+    for _, i, rc in failed:
+        if rc < 0 and not (rc == -signal.SIGABRT and _PEER_ABORT.search(texts[i])):
+            return i
+    for _, i, rc in failed:
+        if texts[i] and not _COLLECTIVE_ERR.search(texts[i]):
+            return i
     return failed[0][1]
 
 
@@ -571,8 +584,13 @@ def run_local(num_processes: int, spec: dict, *, files: dict[str, str] | None = 
                     elif rc != 0 and all(i != j for _, j, _ in failed):
                         failed.append((time.monotonic(), i, rc))
                 stop_all(procs)
-                culprit = _culprit(d, failed)
-                what, err = _why(d, culprit, procs[culprit].returncode, False)
+                culprit = _culprit(d, failed, num_processes)
+                if culprit in stopped and _heartbeat_named(d, failed, num_processes) == culprit:
+                    what = (f"stopped responding (no heartbeats for {HEARTBEAT_TIMEOUT_S} s: hung or stopped), "
+                            f"so JAX ended the others")
+                    err = ""
+                else:
+                    what, err = _why(d, culprit, procs[culprit].returncode, culprit in stopped)
                 raise DistributedError(_describe(
                     d, procs, failed, stopped, culprit,
                     f"process {culprit} of {num_processes} {what}" + (f" ({err})" if err else "")

@@ -242,6 +242,29 @@ def test_a_killed_process_stops_every_process_and_names_it(tmp_path, data_cache)
     assert not left, f"shared memory left in /dev/shm: {sorted(left)}"
 
 
+def test_a_hung_process_is_named_and_every_process_stops(tmp_path, data_cache):
+    # SIGSTOP: alive but silent. JAX's coordination service misses its heartbeats and aborts the
+    # others; the launcher names the silent process and stops it too.
+    launcher = subprocess.Popen(_cmd("--num_processes=2", "--num_workers=1", "--min_measure_s=120",
+                                     f"--results_root={tmp_path}", f"--cache_dir={data_cache}"),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        ranks = _ranks(launcher, with_worker=True)
+        every = [d for r in ranks for d in [r] + _descendants(r.pid)]
+        ranks[1].send_signal(signal.SIGSTOP)
+        t0 = time.monotonic()
+        _, err = launcher.communicate(timeout=distributed.HEARTBEAT_TIMEOUT_S + distributed.STOP_BOUND_S + 30)
+        took = time.monotonic() - t0
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+    assert launcher.returncode == 1, err[-2000:]
+    assert took < distributed.HEARTBEAT_TIMEOUT_S + distributed.STOP_BOUND_S + 10, took
+    first = [ln for ln in err.splitlines() if ln.startswith("error:")][0]
+    assert "process 1 of 2 stopped responding" in first, first
+    assert not _gone(every), "orphaned processes"
+
+
 def test_ctrl_c_stops_every_process_and_exits_130(tmp_path, data_cache):
     launcher = subprocess.Popen(_cmd("--num_processes=2", "--min_measure_s=120", f"--results_root={tmp_path}",
                                      f"--cache_dir={data_cache}"),
