@@ -519,15 +519,18 @@ def _describe(d: Path, procs, failed, stopped: set[int], culprit: int, lead: str
 
 def run_local(num_processes: int, spec: dict, *, files: dict[str, str] | None = None, collect=None,
               timeout_s: float | None = None, coordinator: str | None = None,
-              init_timeout_s: float = INIT_TIMEOUT_S, on_start=None):
+              init_timeout_s: float = INIT_TIMEOUT_S, on_start=None, work_dir=None):
     """Starts ``num_processes`` local ranks (``python -m experiments.distributed DIR I``), waits for
     every one of them under the fault bounds, and returns ``collect(DIR)`` (None without it).
 
     ``DIR/launch.json`` holds ``spec`` (its ``mode`` picks what a rank runs: ``train`` or
     ``allreduce``) with the coordinator, the process count and each rank's cores added; ``files``
     (name → text) are written beside it. Every rank is pinned, joined and stopped the same way
-    whatever it runs. Raises ConfigError on bad input (before any process starts) and
-    DistributedError when a rank fails or ``timeout_s`` passes (every rank then stopped).
+    whatever it runs. DIR is a fresh folder in ``work_dir`` (default: the system's temporary
+    folder), removed at the end; a caller that may be killed before then passes a folder it cleans
+    up itself (the sweep passes its job's folder). Raises ConfigError on bad input (before any
+    process starts) and DistributedError when a rank fails or ``timeout_s`` passes (every rank
+    then stopped).
     """
     check(isinstance(num_processes, int) and not isinstance(num_processes, bool) and num_processes >= 1,
           "num_processes", num_processes, "must be an integer >= 1")
@@ -542,7 +545,7 @@ def run_local(num_processes: int, spec: dict, *, files: dict[str, str] | None = 
     else:
         address = f"127.0.0.1:{free_port()}"
     shares = cpu_shares(num_processes)
-    d = Path(tempfile.mkdtemp(prefix="memsim-mp-"))
+    d = Path(tempfile.mkdtemp(prefix="memsim-mp-", dir=work_dir))
     procs: list[subprocess.Popen] = []
     stopped: set[int] = set()
     try:
@@ -614,7 +617,7 @@ def run_local(num_processes: int, spec: dict, *, files: dict[str, str] | None = 
 
 def launch(cfg: TrainConfig, num_processes: int, *, per_process: dict[int, dict] | None = None,
            timeout_s: float | None = None, results_dir=None, coordinator: str | None = None,
-           init_timeout_s: float = INIT_TIMEOUT_S, on_start=None) -> MultiResult:
+           init_timeout_s: float = INIT_TIMEOUT_S, on_start=None, work_dir=None) -> MultiResult:
     """Runs ``cfg`` as ``num_processes`` local JAX processes; returns the run's row and per-process table.
 
     Args:
@@ -628,6 +631,7 @@ def launch(cfg: TrainConfig, num_processes: int, *, per_process: dict[int, dict]
         coordinator: ``127.0.0.1:PORT`` to use that port (default: a free one).
         init_timeout_s: every process must have joined within this.
         on_start: called with the list of started ``Popen`` objects.
+        work_dir: where the processes exchange their files (see :func:`run_local`).
 
     Raises:
         ConfigError: bad input, before any process starts.
@@ -652,7 +656,8 @@ def launch(cfg: TrainConfig, num_processes: int, *, per_process: dict[int, dict]
             "overrides": {str(k): v for k, v in (per_process or {}).items()}}
     files = {f"config_{i}.json": json.dumps(dataclasses.asdict(c)) for i, c in enumerate(cfgs)}
     multi = run_local(num_processes, spec, files=files, collect=collect, timeout_s=timeout_s,
-                      coordinator=coordinator, init_timeout_s=init_timeout_s, on_start=on_start)
+                      coordinator=coordinator, init_timeout_s=init_timeout_s, on_start=on_start,
+                      work_dir=work_dir)
     if results_dir is not None:
         write_results(Path(results_dir), multi)
     return multi

@@ -74,7 +74,8 @@ def main(argv=None, compile_cache: str | None = None) -> int:
         cfg = train.TrainConfig(**json.loads((d / "config.json").read_text()))
         if cfg.num_processes > 1:
             from experiments import distributed
-            res = distributed.launch(cfg, cfg.num_processes)
+            res = distributed.launch(cfg, cfg.num_processes, work_dir=d)  # in the job's folder: the
+            # sweep removes it even when it had to kill this process
             res.processes.to_csv(d / "processes.csv", index=False)
         else:
             res = train.run_detailed(cfg)

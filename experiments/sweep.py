@@ -251,6 +251,7 @@ class Runner:
             if p.exitcode is None:
                 p.kill()
                 p.join()
+                shutil.rmtree(d, ignore_errors=True)  # with what a multi-process run's launcher left in it
                 return {"error": f"timed out after {timeout_s:.0f} s (config_timeout_s)"}
         except BaseException:
             if p.exitcode is None and p.pid is not None:

@@ -3,6 +3,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pandas as pd
@@ -95,6 +96,27 @@ def test_isolated_child_that_times_out_becomes_a_failed_row(tmp_path, data_cache
     rows = sweep.run(_smoke(data_cache, config_timeout_s=0.05), tmp_path, progress=False)
     assert len(rows) == 2 and (rows.status == "failed").all()
     assert rows.error.str.contains("timed out").all()
+
+
+def test_a_multi_process_run_that_times_out_is_a_failed_row_and_leaves_nothing(tmp_path, data_cache, monkeypatch):
+    # the sweep kills the run's child (the launcher) at the timeout: its ranks die with it, and the
+    # folder they exchanged files through goes with the job's folder, not left in the temp folder
+    sys_tmp = tmp_path / "sys_tmp"
+    sys_tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(sys_tmp))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    me = psutil.Process()
+    before = {p.pid for p in me.children(recursive=True)}
+    cfg = _smoke(data_cache, num_processes=(2,), feed=("double_buffer",), min_measure_s=60.0, config_timeout_s=8)
+    (tmp_path / "out").mkdir()
+    rows = sweep.run(cfg, tmp_path / "out", progress=False)
+    assert len(rows) == 1 and rows.status.iloc[0] == "failed" and "timed out" in rows.error.iloc[0]
+    assert not list(sys_tmp.glob("memsim-*")), sorted(p.name for p in sys_tmp.iterdir())
+    deadline = time.monotonic() + 10
+    while (left := [p for p in me.children(recursive=True) if p.pid not in before
+                    and "experiments.distributed" in " ".join(p.cmdline())]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left, "orphaned ranks"
 
 
 def test_child_killed_by_a_signal_becomes_a_failed_row_naming_it(tmp_path, data_cache):
