@@ -25,8 +25,11 @@ gloo collectives with an error), then SIGTERM, then after ``KILL_WAIT_S`` SIGKIL
 group: every process is gone within ``STOP_BOUND_S`` of the first failure, and the launcher raises
 ``DistributedError`` naming the process that failed first. A process that hangs without dying stops
 sending heartbeats: JAX's coordination service ends the others after ``HEARTBEAT_TIMEOUT_S`` (they
-abort, SIGABRT, naming the silent task in their logs), the launcher names that process and stops it, and
-``timeout_s`` bounds the whole run. Each process is a session leader (its loader workers in its
+abort, SIGABRT, naming the silent task in their logs), the launcher names that process and stops it.
+A process whose Python code stalls while its heartbeat thread runs is ended by its own bounds: a
+loader that delivers nothing for ``data_timeout_s`` raises in that process (whose exit then stops the
+others); ``timeout_s`` bounds the whole run (a sweep passes its ``config_timeout_s``), and without
+it a stall elsewhere is bounded only by gloo's own timeouts. Each process is a session leader (its loader workers in its
 group) and dies with the launcher (PR_SET_PDEATHSIG); a rank is killed before its group, so that its
 multiprocessing resource tracker unlinks the shared memory its Grain workers left.
 """
@@ -151,6 +154,9 @@ def free_port() -> int:
 def check_port_free(host: str, port: int) -> None:
     """DistributedError if ``port`` cannot be bound (the coordinator listens on every interface)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # as the coordinator's own server binds: a port whose last connections linger in TIME_WAIT
+        # (a rerun on the same --coordinator port) is free for it
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("", port))
         except OSError as e:
@@ -380,8 +386,9 @@ def worker_main(argv: list[str]) -> int:
             tmp.write_text(json.dumps(multi.row.iloc[0].to_dict(), default=_jsonable))
             os.replace(tmp, d / "row.json")
     except BaseException as e:  # noqa: BLE001 — reported to the launcher; a peer's collectives then fail
-        (d / f"error_{i}.json").write_text(json.dumps({"error": f"{type(e).__name__}: {e}".strip(),
-                                                       "traceback": traceback.format_exc()}))
+        tmp = d / f"error_{i}.json.tmp"
+        tmp.write_text(json.dumps({"error": f"{type(e).__name__}: {e}".strip(), "traceback": traceback.format_exc()}))
+        os.replace(tmp, d / f"error_{i}.json")  # whole or absent, even if this process is killed meanwhile
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(1)  # not jax.distributed.shutdown: its barrier would wait for the failed peers
@@ -458,13 +465,16 @@ _HEARTBEAT = re.compile(r"Task (\d+) heartbeat timeout|stopped sending heartbeat
 _PEER_ABORT = re.compile(r"distributed service detected fatal errors|another task died", re.I)
 
 
-def _why(d: Path, i: int, rc: int | None, stopped: bool) -> tuple[str, str]:
-    """(short description, error text) of process i's end."""
+def describe_exit(d: Path, i: int, rc: int | None, stopped: bool) -> tuple[str, str]:
+    """(short description, error text) of rank i's end, from the launch folder ``d``: its error file
+    (written whole by the rank), else the last fatal line of its log."""
     err = ""
     ef = d / f"error_{i}.json"
-    if ef.exists():
-        err = json.loads(ef.read_text())["error"].splitlines()[0][:300]
-    else:
+    try:
+        err = json.loads(ef.read_text())["error"].splitlines()[0][:300] if ef.exists() else ""
+    except (ValueError, KeyError, IndexError, OSError):
+        err = ""
+    if not err:
         log = d / f"process_{i}.log"
         lines = [ln for ln in (log.read_text(errors="replace").splitlines() if log.exists() else [])
                  if ln.strip() and not ln.startswith("    @")]
@@ -499,7 +509,7 @@ def _culprit(d: Path, failed: list[tuple[float, int, int]], n: int) -> int:
     named = _heartbeat_named(d, failed, n)
     if named is not None:
         return named
-    texts = {i: _why(d, i, rc, False)[1] for _, i, rc in failed}
+    texts = {i: describe_exit(d, i, rc, False)[1] for _, i, rc in failed}
     for _, i, rc in failed:
         if rc < 0 and not (rc == -signal.SIGABRT and _PEER_ABORT.search(texts[i])):
             return i
@@ -512,7 +522,7 @@ def _culprit(d: Path, failed: list[tuple[float, int, int]], n: int) -> int:
 def _describe(d: Path, procs, failed, stopped: set[int], culprit: int, lead: str) -> str:
     lines = [lead]
     for i, p in enumerate(procs):
-        what, err = _why(d, i, p.returncode, i in stopped)
+        what, err = describe_exit(d, i, p.returncode, i in stopped)
         lines.append(f"  process {i} (pid {p.pid}) {what}" + (f": {err}" if err else ""))
     return "\n".join(lines)
 
@@ -593,7 +603,7 @@ def run_local(num_processes: int, spec: dict, *, files: dict[str, str] | None = 
                             f"so JAX ended the others")
                     err = ""
                 else:
-                    what, err = _why(d, culprit, procs[culprit].returncode, culprit in stopped)
+                    what, err = describe_exit(d, culprit, procs[culprit].returncode, culprit in stopped)
                 raise DistributedError(_describe(
                     d, procs, failed, stopped, culprit,
                     f"process {culprit} of {num_processes} {what}" + (f" ({err})" if err else "")
@@ -644,7 +654,8 @@ def launch(cfg: TrainConfig, num_processes: int, *, per_process: dict[int, dict]
 
     def collect(d: Path) -> MultiResult:
         if not (d / "row.json").exists():
-            raise DistributedError(f"process 0 of {num_processes} exited without writing its row (see {d})")
+            raise DistributedError(f"process 0 of {num_processes} exited without writing its row; its last "
+                                   f"output: {describe_exit(d, 0, 0, False)[1] or '(none)'}")
         row = pd.DataFrame([json.loads((d / "row.json").read_text())])
         frames = {}
         for name in ("processes", "steps", "grain_stats"):
@@ -665,7 +676,7 @@ def launch(cfg: TrainConfig, num_processes: int, *, per_process: dict[int, dict]
 
 def allreduce_probe(num_processes: int, sizes_bytes, *, repeats: int = 20, warmup: int = 3,
                     timeout_s: float | None = 120.0, coordinator: str | None = None,
-                    init_timeout_s: float = INIT_TIMEOUT_S, on_start=None) -> pd.DataFrame:
+                    init_timeout_s: float = INIT_TIMEOUT_S, on_start=None, work_dir=None) -> pd.DataFrame:
     """Times the cross-process all-reduce on its own: ``num_processes`` local processes, started,
     pinned and joined as :func:`launch` starts a training run (gloo on CPU), each reducing B bytes
     of float32 per device for each B in ``sizes_bytes`` (:func:`allreduce_timings`).
@@ -676,7 +687,7 @@ def allreduce_probe(num_processes: int, sizes_bytes, *, repeats: int = 20, warmu
             list of them: the operands of one all-reduce (e.g. the bytes of each gradient leaf).
         repeats: timed calls per size (>= 1), after ``warmup`` untimed ones (>= 1, compilation
             included).
-        timeout_s, coordinator, init_timeout_s, on_start: as for :func:`launch`.
+        timeout_s, coordinator, init_timeout_s, on_start, work_dir: as for :func:`launch`.
 
     Returns:
         One row per size: ``num_processes``, ``devices``, ``size_bytes`` (all operands together),
@@ -703,13 +714,14 @@ def allreduce_probe(num_processes: int, sizes_bytes, *, repeats: int = 20, warmu
 
     def collect(d: Path) -> pd.DataFrame:
         if not (d / "allreduce.json").exists():
-            raise DistributedError(f"process 0 of {num_processes} exited without writing its timings (see {d})")
+            raise DistributedError(f"process 0 of {num_processes} exited without writing its timings; its last "
+                                   f"output: {describe_exit(d, 0, 0, False)[1] or '(none)'}")
         return pd.DataFrame(json.loads((d / "allreduce.json").read_text()))
 
     spec = {"mode": "allreduce", "repeats": repeats, "warmup": warmup,
             "sizes_bytes": [[int(v) for v in b] if isinstance(b, (list, tuple)) else int(b) for b in sizes]}
     return run_local(num_processes, spec, collect=collect, timeout_s=timeout_s, coordinator=coordinator,
-                     init_timeout_s=init_timeout_s, on_start=on_start)
+                     init_timeout_s=init_timeout_s, on_start=on_start, work_dir=work_dir)
 
 
 def summary(multi: MultiResult) -> str:

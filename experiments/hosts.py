@@ -104,9 +104,16 @@ class HostsConfig:
         check(self.collective_repeats >= 1, "collective_repeats", self.collective_repeats, "must be >= 1")
         check(self.timeout_s > 0, "timeout_s", self.timeout_s, "must be positive")
         check(self.sim_items >= 100, "sim_items", self.sim_items, "must be >= 100")
-        for n in self.hosts:  # every run must be a valid TrainConfig, before any work
+        from experiments.distributed import check_launch
+        for n in self.hosts:  # every run must be valid, before any work: the references and the launch
             self.train_config(n, slowed=True, per_process=True)
             self.train_config(n, slowed=False, per_process=True)
+            slowed = self.slowed_id(n)
+            try:
+                check_launch(self.train_config(n, False, False), n,
+                             {slowed: self.slow_overrides()} if slowed >= 0 else None)
+            except ConfigError as e:
+                raise ConfigError(f"the run of N={n} processes is impossible: {e}") from None
 
     def slow_overrides(self) -> dict:
         out = {}
@@ -244,14 +251,19 @@ def default_reference(runner) -> Callable:
     return ref
 
 
-def default_launch():
+def default_launch(work_dir: Path):
+    """``experiments.distributed.launch`` exchanging its files under ``work_dir`` (in the run folder:
+    a run killed before the launcher cleans up leaves nothing in the system's temporary folder)."""
+    import functools
     from experiments.distributed import launch
-    return launch
+    return functools.partial(launch, work_dir=work_dir)
 
 
-def default_probe():
+def default_probe(work_dir: Path):
+    """``experiments.distributed.allreduce_probe``, exchanging its files under ``work_dir``."""
+    import functools
     from experiments.distributed import allreduce_probe
-    return allreduce_probe
+    return functools.partial(allreduce_probe, work_dir=work_dir)
 
 
 def run(cfg: HostsConfig, out_dir: Path, *, launch: Callable | None = None, reference: Callable | None = None,
@@ -322,14 +334,21 @@ def run(cfg: HostsConfig, out_dir: Path, *, launch: Callable | None = None, refe
         from experiments.sweep import Runner
         runner = Runner()
         reference = default_reference(runner)
-    launch = launch if launch is not None else default_launch()
-    probe = probe if probe is not None else default_probe()
+    work_dir = out_dir / "launches"  # emptied by each launch as it ends; a killed one's leftovers stay here
+    if launch is None or probe is None:
+        work_dir.mkdir(parents=True, exist_ok=True)
+    launch = launch if launch is not None else default_launch(work_dir)
+    probe = probe if probe is not None else default_probe(work_dir)
     try:
         rows = runloop.run_jobs(out_dir, jobs, work, failed_row, header=header, desc="hosts", unit="run",
                                 progress=progress)
     finally:
         if runner is not None:
             runner.close()
+        try:
+            work_dir.rmdir()  # gone when every launch cleaned up after itself
+        except OSError:
+            pass
     table = predict_and_compare(cfg, rows, out_dir)
     table.to_csv(out_dir / "hosts.csv", index=False)
     return table

@@ -383,6 +383,10 @@ def config_mesh(devices=None) -> Mesh:
     bad = [d for d in devices if not isinstance(d, jax.Device)]
     if bad:
         raise ConfigError(f"devices contains {bad[0]!r}: expected jax.Device objects (from jax.devices())")
+    if len(set(devices)) != len(devices):
+        raise ConfigError(f"devices={devices!r}: a device appears more than once; give each device once")
+    if len({d.platform for d in devices}) > 1:
+        raise ConfigError(f"devices={devices!r}: devices of several platforms; give devices of one platform")
     return Mesh(np.array(devices, dtype=object), (CONFIG_AXIS,))
 
 
@@ -412,6 +416,10 @@ def check_mesh(mesh) -> Mesh:
     if other:
         raise ConfigError(f"mesh axes {other!r}: only the {CONFIG_AXIS!r} axis may have more than one device "
                           f"(the simulation only splits configurations); use memsim.config_mesh(mesh.devices.flat)")
+    flat = list(mesh.devices.flat)
+    if len(set(flat)) != len(flat):
+        raise ConfigError(f"mesh devices {flat!r}: a device appears more than once; use "
+                          f"memsim.config_mesh(devices) with each device once")
     me = jax.process_index()
     if not any(d.process_index == me for d in mesh.devices.flat):
         raise ConfigError(f"mesh devices {list(mesh.devices.flat)!r}: none belongs to process {me}; every "

@@ -105,6 +105,28 @@ def test_busy_port_is_one_line(capsys, tmp_path):
     assert err[-1].startswith("error: ") and f"port {port} is not free" in err[-1]
 
 
+def test_a_port_whose_last_connection_lingers_is_free_for_the_coordinator():
+    # a rerun on the same --coordinator port: the earlier run's connections sit in TIME_WAIT, which the
+    # coordinator's server (SO_REUSEADDR) binds over; the check must not refuse it
+    with socket.socket() as srv:
+        srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        port = srv.getsockname()[1]
+        c = socket.create_connection(("127.0.0.1", port))
+        conn, _ = srv.accept()
+        conn.close()  # the server side closes first: its end lingers in TIME_WAIT
+        c.close()
+    distributed.check_port_free("127.0.0.1", port)
+
+
+def test_a_truncated_error_file_falls_back_to_the_log(tmp_path):
+    (tmp_path / "error_0.json").write_text('{"error": "ValueError: bad')  # cut off mid-write
+    (tmp_path / "process_0.log").write_text("starting\nE1123 12:00:00.0 x.cc:1] the real cause\n")
+    what, err = distributed.describe_exit(tmp_path, 0, 1, False)
+    assert what == "exited with code 1" and "the real cause" in err
+
+
 def test_unreachable_coordinator_is_one_line_within_its_timeout(tmp_path):
     port = distributed.free_port()
     t0 = time.monotonic()

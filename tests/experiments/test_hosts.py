@@ -168,3 +168,6 @@ def test_bad_config():
     with pytest.raises(ConfigError, match="slow_process=-2"):
         dataclasses.replace(CFG, slow_process=-2)
     assert hosts.HostsConfig(slow_process=5).slowed_id(4) == -1  # an id beyond N slows no process there
+    # a launch the runtime would refuse is refused here, before any reference runs
+    with pytest.raises(ConfigError, match="the run of N=2 processes is impossible: feed='grain_device_put'"):
+        dataclasses.replace(CFG, feed="grain_device_put")

@@ -202,6 +202,9 @@ def test_bad_device_lists():
         maxplus.config_mesh([])
     with pytest.raises(ConfigError, match=r"^devices contains 'cpu:0'"):
         maxplus.config_mesh(["cpu:0"])
+    d = jax.devices()[0]
+    with pytest.raises(ConfigError, match="a device appears more than once"):
+        maxplus.config_mesh([d, d])
 
 
 def test_block_plan_pads_to_whole_calls():
