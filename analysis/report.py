@@ -45,6 +45,8 @@ SECTIONS = (
     ("Hierarchy", "analysis.hierarchy", "section"),
     ("Memory", "analysis.memory", "section"),
     ("Simulation", "analysis.simulation", "section"),
+    ("Predicted vs measured", "analysis.costmodel.section", "predicted_section"),
+    ("What if", "analysis.costmodel.section", "whatif_section"),
     ("Scaling", "analysis.scaling", "section"),
 )
 
