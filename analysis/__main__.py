@@ -12,7 +12,7 @@ import argparse
 import sys
 from typing import Callable
 
-from analysis import links, report
+from analysis import links, report, rules
 from analysis.scaling import cli as scaling_cli
 
 Subcommand = tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
@@ -21,6 +21,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "report": (report.HELP, report.add_args, report.run),
     "scaling": (scaling_cli.HELP, scaling_cli.add_args, scaling_cli.run),
     "links": (links.HELP, links.add_args, links.run),
+    "rules": (rules.HELP, rules.add_args, rules.run),
 }
 
 

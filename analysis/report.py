@@ -46,6 +46,7 @@ SECTIONS = (
     ("Memory", "analysis.memory", "section"),
     ("Simulation", "analysis.simulation", "section"),
     ("Scaling", "analysis.scaling", "section"),
+    ("Rules of thumb", "analysis.rules", "section"),
 )
 
 
