@@ -48,6 +48,7 @@ SECTIONS = (
     ("Predicted vs measured", "analysis.costmodel.section", "predicted_section"),
     ("What if", "analysis.costmodel.section", "whatif_section"),
     ("Scaling", "analysis.scaling", "section"),
+    ("Rules of thumb", "analysis.rules", "section"),
 )
 
 
