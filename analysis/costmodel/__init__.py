@@ -10,7 +10,9 @@ Command line: ``python -m analysis costmodel fit|predict|compare|cv`` and ``pyth
 
 from analysis.costmodel.evaluate import compare, cross_validate, summary, whatif, worst
 from analysis.costmodel.features import CostModelError
-from analysis.costmodel.model import CostModel, components, fit, input_bound_grade, load, predict
+from analysis.costmodel.model import (CostModel, components, fit, input_bound_grade, load, measured_configs, predict,
+                                      transfer_from_probes)
 
 __all__ = ["CostModel", "CostModelError", "fit", "load", "predict", "components", "input_bound_grade",
+           "measured_configs", "transfer_from_probes",
            "compare", "summary", "cross_validate", "whatif", "worst"]

@@ -107,10 +107,10 @@ def cmd_predict(args) -> int:
 
 def cmd_compare(args) -> int:
     from analysis.costmodel.evaluate import compare, summary, worst
-    from analysis.costmodel.model import _measured, load, predict
+    from analysis.costmodel.model import load, measured_configs, predict
     model = load(args.model)
     d = read_dir(args.results)
-    meas = _measured(d["rows"])
+    meas = measured_configs(d["rows"])
     pred = predict(model, meas)
     pred["config_id"] = meas.config_id.to_numpy()
     cmp = compare(d["rows"], pred)
@@ -191,7 +191,7 @@ def add_whatif_args(p: argparse.ArgumentParser) -> None:
 
 def run_whatif(args: argparse.Namespace) -> int:
     from analysis.costmodel.evaluate import whatif
-    from analysis.costmodel.model import _measured, load
+    from analysis.costmodel.model import load, measured_configs
     try:
         model = load(args.model)
         changes, hierarchy, cores = {}, None, None
@@ -218,7 +218,7 @@ def run_whatif(args: argparse.Namespace) -> int:
         else:
             if not model.sources or not (Path(model.sources[0]) / "rows.csv").is_file():
                 raise CostModelError("whatif: the model's rows are not at hand; give --base CONFIGS.csv")
-            base = _measured(read_dir(model.sources[0])["rows"])
+            base = measured_configs(read_dir(model.sources[0])["rows"])
         base = base.sort_values("samples_per_s", ascending=False).head(1) if "samples_per_s" in base else base.head(1)
         table = whatif(model, base.reset_index(drop=True), changes, hierarchy=hierarchy, cpu_count=cores)
     except (CostModelError, ConfigError) as e:

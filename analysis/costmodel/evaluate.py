@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.costmodel.features import CostModelError
-from analysis.costmodel.model import CostModel, _measured, fit, predict
+from analysis.costmodel.model import CostModel, fit, measured_configs, predict, transfer_from_probes
 
 #: the knobs leave-one-knob-value-out cycles through (those with at least two measured values)
 LOKVO_KNOBS = ("num_workers", "batch_size", "image_size", "augment_cost", "source", "precision",
@@ -28,7 +28,7 @@ def compare(measured_rows: pd.DataFrame, predicted: pd.DataFrame) -> pd.DataFram
     Args:
         measured_rows: tidy measured rows (one per configuration and repeat).
         predicted: :func:`analysis.costmodel.predict` of the same configurations, in the order of
-            ``_measured(measured_rows)`` (one row per configuration, in order of first appearance),
+            ``measured_configs(measured_rows)`` (one row per configuration, in order of first appearance),
             or with a ``config_id`` column to join on.
 
     Returns:
@@ -37,7 +37,7 @@ def compare(measured_rows: pd.DataFrame, predicted: pd.DataFrame) -> pd.DataFram
         ``within_noise`` (the prediction lies inside the measured interval), ``bottleneck``,
         ``input_bound`` and ``extrapolated``.
     """
-    meas = _measured(measured_rows)
+    meas = measured_configs(measured_rows)
     pred = predicted.reset_index(drop=True)
     if "config_id" in pred:
         pred = pred.set_index("config_id").reindex(meas.config_id).reset_index()
@@ -107,7 +107,8 @@ def worst(cmp: pd.DataFrame, n: int = 3) -> pd.DataFrame:
 
 def cross_validate(rows: pd.DataFrame, *, kind: str = "kfold", folds: int = 5, seed: int = 0,
                    probes: pd.DataFrame | None = None, steps: pd.DataFrame | None = None,
-                   step_probe: pd.DataFrame | None = None, knobs=LOKVO_KNOBS) -> pd.DataFrame:
+                   step_probe: pd.DataFrame | None = None, knobs=LOKVO_KNOBS,
+                   transfer: dict | None = None) -> pd.DataFrame:
     """Held-out predictions: calibrate without some configurations, predict them.
 
     Args:
@@ -117,12 +118,13 @@ def cross_validate(rows: pd.DataFrame, *, kind: str = "kfold", folds: int = 5, s
             measured values, and each value, hold out every configuration with that value).
         folds: the number of folds of ``kfold`` (at most the number of configurations).
         probes, steps, step_probe: passed to :func:`fit`.
+        transfer: the probes' copy fit (:func:`transfer_from_probes`) when the caller has it.
 
     Returns:
         :func:`compare` rows of the held-out predictions with ``fold`` naming the held-out set
         (under ``lokvo`` a configuration appears once per knob).
     """
-    meas = _measured(rows)
+    meas = measured_configs(rows)
     ids = meas.config_id.astype(str).to_numpy()
     n = len(ids)
     if kind == "kfold":
@@ -142,19 +144,20 @@ def cross_validate(rows: pd.DataFrame, *, kind: str = "kfold", folds: int = 5, s
                 sets.append((f"{k}={v}", set(ids[(vals == v).to_numpy()])))
     else:
         raise CostModelError(f"kind={kind!r}: expected 'kfold' or 'lokvo'")
-    cid = rows["config_id"].astype(str)
+    if transfer is None:  # the probes do not change between folds: fitted once
+        transfer = transfer_from_probes(probes)
     out = []
     for name, held in sets:
-        train = rows[~cid.isin(held)]
-        test = meas[meas.config_id.astype(str).isin(held)]
+        out_of = meas.config_id.astype(str).isin(held)
+        train, test = meas[~out_of], meas[out_of]  # summarized once: a configuration's own rows alone
         try:
-            model = fit(train, probes, steps, step_probe)
+            model = fit(train, probes, steps, step_probe, transfer=transfer)
         except CostModelError as e:
             print(f"cross-validation: {name} skipped: {e}")
             continue
         pred = predict(model, test)
         pred["config_id"] = test.config_id.to_numpy()
-        c = compare(rows[cid.isin(held)], pred)
+        c = compare(test, pred)
         c["fold"] = name
         out.append(c)
     if not out:

@@ -43,6 +43,7 @@ import json
 import math
 from pathlib import Path
 from typing import Any
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -187,29 +188,36 @@ def load(path: str | Path) -> CostModel:
 
 # ----------------------------------------------------------------------------- the equations
 
+def columns(kf: pd.DataFrame) -> SimpleNamespace:
+    """``kf``'s columns as numpy arrays, for the equations below inside a fit's residual: they read
+    ``kf.<column>`` either way, and a fit calls them thousands of times (pandas' column access
+    was a third of a calibration's time)."""
+    return SimpleNamespace(**{str(c): kf[c].to_numpy() for c in kf.columns})
+
+
 def step_time(p: dict, kf: pd.DataFrame, rates: np.ndarray | None = None) -> np.ndarray:
     """Device-resident step seconds ``S`` per configuration (see the module docstring)."""
     if rates is None:
         rates = np.array([p[flop_rate_name(m, q)] for m, q in zip(kf.model, kf.precision)])
-    accum = kf.grad_accum_steps.to_numpy(float)
-    micro = kf.batch_size.to_numpy(float) / accum
+    accum = np.asarray(kf.grad_accum_steps, float)
+    micro = np.asarray(kf.batch_size, float) / accum
     loop = np.array([p.get(f"accum_loop_{m}", 1.0) for m in kf.model]) ** (accum > 1)
-    return (accum * loop * (p["step_overhead_s"] + micro * kf.flops_per_sample.to_numpy() / rates)
-            + p["update_s_per_param"] * kf.params.to_numpy())
+    return (accum * loop * (p["step_overhead_s"] + micro * np.asarray(kf.flops_per_sample) / rates)
+            + p["update_s_per_param"] * np.asarray(kf.params))
 
 
 def sample_time(p: dict, kf: pd.DataFrame) -> np.ndarray:
     """Uncontended loader CPU seconds per sample ``x``."""
-    px = kf.pixels.to_numpy() / REF_PIXELS
-    a = kf.augment_cost.to_numpy(float)
-    src = kf.source.to_numpy()
+    px = np.asarray(kf.pixels) / REF_PIXELS
+    a = np.asarray(kf.augment_cost, float)
+    src = np.asarray(kf.source)
     read = np.where(src == "memmap", p["read_memmap_s"], np.where(src == "arrayrecord", p["read_arrayrecord_s"], 0.0))
     return p["sample_base_s"] + p["pixel_s"] * px + p["augment_pass_s"] * a * px + read
 
 
 def transfer_time(transfer: dict, kf: pd.DataFrame) -> np.ndarray:
     """Host→device copy seconds per batch (float32 images after the transform)."""
-    nbytes = kf.batch_size.to_numpy(float) * kf.pixels.to_numpy() * 4.0
+    nbytes = np.asarray(kf.batch_size, float) * np.asarray(kf.pixels) * 4.0
     return transfer["alpha_s"] + nbytes / transfer["beta_Bps"]
 
 
@@ -229,15 +237,14 @@ def cycle(p: dict, S: np.ndarray, L: np.ndarray, tr: np.ndarray, nw: np.ndarray,
     k = np.maximum(nw, 1).astype(float)
     workers = L / k
     cpu = (L + nu * S + o + tr) / cores
-    # num_workers >= 1: T = max(S(1 + κ min(1, L/T)) + o, L/k, cpu); the right side falls as T
-    # grows, so the fixed point is unique: bisection between the bounds (vectorised).
-    lo = np.maximum.reduce([S + o, workers, cpu])
-    hi = np.maximum.reduce([S * (1 + kappa) + o, workers, cpu])
-    for _ in range(60):
-        mid = 0.5 * (lo + hi)
-        f = np.maximum.reduce([S * (1 + kappa * np.minimum(1.0, L / mid)) + o, workers, cpu])
-        lo, hi = np.where(f > mid, mid, lo), np.where(f > mid, hi, mid)
-    T_par = hi
+    # num_workers >= 1: T = max(S(1 + κ min(1, L/T)) + o, L/k, cpu). The right side does not grow
+    # with T, so the fixed point is unique and closed-form: t, the root of t = S + o + Sκ min(1, L/t)
+    # (S + o + Sκ when that is ≤ L, else the positive root of t² − (S + o)t − SκL), then the larger
+    # of t and the other two bounds. (It replaced a 60-step bisection that took 1 ms a call and most
+    # of a calibration's time.)
+    t_busy = S * (1 + kappa) + o
+    t_root = 0.5 * ((S + o) + np.sqrt((S + o) ** 2 + 4.0 * S * kappa * L))
+    T_par = np.maximum.reduce([np.where(t_busy <= L, t_busy, t_root), workers, cpu])
     rho = np.minimum(1.0, L / T_par)
     Sc = S * (1 + kappa * rho)
     # num_workers == 0: the loader shares the main thread's interpreter lock
@@ -263,9 +270,15 @@ def bottleneck_name(parts: dict, nw: np.ndarray) -> np.ndarray:
 
 # ------------------------------------------------------------------------------------ fitting
 
-def _measured(rows: pd.DataFrame) -> pd.DataFrame:
-    """One row per configuration: knobs, median/interval of samples/s and of the step, stamped times."""
+def measured_configs(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per configuration of the ``ok`` rows: knobs, median/interval of samples/s and of the
+    step, stamped loader times (``stamped_s_per_sample``). Raises :class:`CostModelError` when the
+    rows lack what calibration needs. Rows that are already this function's output (or part of it:
+    they have ``repeats`` and ``stamped_s_per_sample``) come back as they are, so cross-validation
+    summarizes once, not per fold."""
     from experiments.results import summarize
+    if {"repeats", "stamped_s_per_sample"} <= set(rows.columns):
+        return rows.reset_index(drop=True)
     if "status" in rows:
         rows = rows[rows["status"].astype(str) == "ok"]
     need = ("config_id", "samples_per_s", "device_resident_samples_per_s", "batch_size")
@@ -288,13 +301,15 @@ def _measured(rows: pd.DataFrame) -> pd.DataFrame:
     return s.reset_index(drop=True)
 
 
-def _transfer_from_probes(probes: pd.DataFrame | None) -> dict:
+def transfer_from_probes(probes: pd.DataFrame | None) -> dict:
+    """The host→device copy as α-β (``alpha_s``, ``beta_Bps``, ``source``): the ``h2d_pageable``
+    probe's fit (``analysis.links``), or this machine class's CPU copy rate when there is none."""
     default = {"alpha_s": 5e-5, "beta_Bps": 1.6e9,
                "source": "default (no h2d_pageable probe rows): 1.6 GB/s, 50 µs, the CPU copy rate of these machines"}
     if probes is None or "probe" not in probes or not (probes["probe"] == "h2d_pageable").any():
         return default
     from analysis.links import fit_links
-    fits = fit_links(probes)
+    fits = fit_links(probes[probes["probe"] == "h2d_pageable"])  # fitted per probe: only this one is read
     row = fits[fits["probe"] == "h2d_pageable"] if "probe" in fits else fits[fits.index == "h2d_pageable"]
     if not len(row):
         return default
@@ -357,7 +372,8 @@ def _bounds(name: str) -> tuple[float, float, float]:
 
 
 def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFrame | None = None,
-        step_probe: pd.DataFrame | None = None, sources: list | None = None) -> CostModel:
+        step_probe: pd.DataFrame | None = None, sources: list | None = None,
+        transfer: dict | None = None) -> CostModel:
     """Calibrates the cost model on measured sweep rows.
 
     Args:
@@ -368,6 +384,9 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
         step_probe: device-resident step rows (``step_probe/rows.csv``, ``experiments.stepprobe``):
             more points for the step fit; optional.
         sources: where the rows came from, recorded in the model.
+        transfer: the host→device copy as :func:`transfer_from_probes` returns it; given, ``probes``
+            is not read (cross-validation fits the probes once for every fold: that fit's
+            bootstrap is 2.5 of the 3.3 s of one calibration of the quick study).
 
     Returns:
         A :class:`CostModel`.
@@ -375,7 +394,7 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
     Raises:
         CostModelError: rows without what calibration needs, or too few configurations.
     """
-    meas = _measured(rows)
+    meas = measured_configs(rows)
     kf = knob_frame(meas)
     n = len(kf)
     if n < 4:
@@ -385,7 +404,7 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
         if "cpu_count" in meas and meas["cpu_count"].notna().any() else None
     if not cores:
         raise CostModelError("rows: no cpu_count column; the rows must carry their environment (re-run the sweep)")
-    transfer = _transfer_from_probes(probes)
+    transfer = dict(transfer) if transfer is not None else transfer_from_probes(probes)
     B = kf.batch_size.to_numpy(float)
     T_meas = B / meas.samples_per_s.to_numpy(float)
     S_meas = B / meas.device_resident_samples_per_s.to_numpy(float)
@@ -407,7 +426,8 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
     step_names = list(STEP_FIXED) + [flop_rate_name(m, q) for m, q in cells]
     step_names += [f"accum_loop_{m}" for m in FAMILIES
                    if ((skf.model == m) & (skf.grad_accum_steps > 1)).any() and ((skf.model == m) & (skf.grad_accum_steps == 1)).any()]
-    sv, sse, sres, sfree = _lsq(lambda p: np.log(step_time(p, skf) / s_meas), step_names, {})
+    scols = columns(skf)
+    sv, sse, sres, sfree = _lsq(lambda p: np.log(step_time(p, scols) / s_meas), step_names, {})
     p = dict(zip(step_names, sv))
     # 2. loader and contention, on samples/s (and uncontended stamped loader times)
     tr = transfer_time(transfer, kf)
@@ -428,9 +448,11 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
         notes.update(step_straggler="no num_workers>=1 rows", step_cores="no num_workers>=1 rows")
     names = [k for k in names if k not in fixed]
 
+    cols = columns(kf)
+
     def resid(q):
         q = {**p, **q}
-        L = B * sample_time(q, kf)
+        L = B * sample_time(q, cols)
         T = cycle(q, S_meas, L, tr, nw, cores)["T"]
         r = [np.log(T / T_meas)]
         if use_stamp.any():

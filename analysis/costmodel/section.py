@@ -19,7 +19,7 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from analysis.costmodel.evaluate import cross_validate, summary, whatif, worst  # noqa: E402
 from analysis.costmodel.features import CostModelError  # noqa: E402
-from analysis.costmodel.model import _measured, components, fit  # noqa: E402
+from analysis.costmodel.model import components, fit, measured_configs, transfer_from_probes  # noqa: E402
 from analysis.figures import save  # noqa: E402
 from analysis.tables import md_table  # noqa: E402
 
@@ -76,22 +76,42 @@ def _inputs(study):
     return study.runs, study.probe_raw, (read_csv_rows(steps) if steps.is_file() else None)
 
 
+#: the last study calibrated: (its runs frame, its calibration). Both sections read one calibration
+#: of a report rebuild; each calibration is FOLDS + 1 fits (about 9 s for the quick study).
+_LAST: list = [None, None]
+
+
+def _calibration(study) -> dict:
+    """``{"meas", "model", "cmp", "folds"}`` of ``study`` (fitted once per loaded study), or
+    ``{"error": message}`` when it cannot be calibrated."""
+    if _LAST[0] is study.runs:
+        return _LAST[1]
+    rows, probes, steps = _inputs(study)
+    try:
+        meas = measured_configs(rows)
+        folds = min(FOLDS, len(meas))
+        transfer = transfer_from_probes(probes)
+        model = fit(rows, steps=steps, transfer=transfer, sources=[str(study.path)])
+        cmp = cross_validate(rows, kind="kfold", folds=folds, steps=steps, transfer=transfer)
+        out = {"meas": meas, "model": model, "cmp": cmp, "folds": folds}
+    except CostModelError as e:
+        out = {"error": str(e)}
+    _LAST[:] = [study.runs, out]
+    return out
+
+
 def _label(r) -> str:
     return f"{r.model} b{r.batch_size} i{r.image_size} w{r.num_workers} {r.feed}"
 
 
 def predicted_section(study) -> str:
     lines = ["## Predicted vs measured", ""]
-    rows, probes, steps = _inputs(study)
-    if rows is None or not len(rows):
+    if study.runs is None or not len(study.runs):
         return "\n".join(lines + ["No measured rows: nothing to calibrate on."])
-    try:
-        meas = _measured(rows)
-        folds = min(FOLDS, len(meas))
-        cmp = cross_validate(rows, kind="kfold", folds=folds, probes=probes, steps=steps)
-        model = fit(rows, probes, steps, sources=[str(study.path)])
-    except CostModelError as e:
-        return "\n".join(lines + [f"The cost model could not be calibrated on this study: {e}"])
+    c = _calibration(study)
+    if "error" in c:
+        return "\n".join(lines + [f"The cost model could not be calibrated on this study: {c['error']}"])
+    meas, model, cmp, folds = c["meas"], c["model"], c["cmp"], c["folds"]
     s = summary(cmp)
     goal = s["median_abs_rel_error"] <= 0.05 and s["max_abs_rel_error"] <= 0.15 and s["kendall_tau"] >= 0.8
     lines += [f"The cost model (`analysis.costmodel`) was calibrated on part of this sweep and predicted the "
@@ -129,14 +149,12 @@ def predicted_section(study) -> str:
 
 def whatif_section(study) -> str:
     lines = ["## What if", ""]
-    rows, probes, _ = _inputs(study)
-    if rows is None or not len(rows):
+    if study.runs is None or not len(study.runs):
         return "\n".join(lines + ["No measured rows: nothing to calibrate on."])
-    try:
-        meas = _measured(rows)
-        model = fit(rows, probes, None, sources=[str(study.path)])
-    except CostModelError as e:
-        return "\n".join(lines + [f"The cost model could not be calibrated on this study: {e}"])
+    c = _calibration(study)
+    if "error" in c:
+        return "\n".join(lines + [f"The cost model could not be calibrated on this study: {c['error']}"])
+    meas, model = c["meas"], c["model"]
     base = meas.sort_values("samples_per_s", ascending=False).head(1).reset_index(drop=True)
     cases = [({"num_workers": n}, None, None) for n in (0, 1, 2, 4)]
     cases += [({}, "h100_sxm", None), ({"num_workers": 8}, "h100_sxm", 16)]

@@ -77,6 +77,27 @@ def test_fit_recovers_the_parameters_that_made_the_rows():
     assert t.loc["sample_base_s", "lo"] <= t.loc["sample_base_s", "value"] <= t.loc["sample_base_s", "hi"]
 
 
+def test_cycle_solves_its_fixed_point():
+    """T = max(S(1 + κ min(1, L/T)) + o, L/num_workers, (L + νS + o + tr)/cores) holds at the
+    returned T, over random terms that put each of the three bounds in charge somewhere."""
+    from analysis.costmodel.model import cycle
+    rng = np.random.default_rng(3)
+    n = 400
+    S, L, tr = (np.exp(rng.uniform(-9, -2, n)) for _ in range(3))
+    nw = rng.integers(1, 9, n)
+    p = {"batch_overhead_s": 1e-3, "step_straggler": 0.8, "main_overlap_loss": 0.2, "step_cores": 1.3}
+    parts = cycle(p, S, L, tr, nw, 4)
+    T = parts["T"]
+    o, k, nu = p["batch_overhead_s"], p["step_straggler"], p["step_cores"]
+    step = S * (1 + k * np.minimum(1.0, L / T)) + o
+    rhs = np.maximum.reduce([step, L / nw, (L + nu * S + o + tr) / 4])
+    np.testing.assert_allclose(T, rhs, rtol=1e-12)
+    which = np.argmax([step, L / nw, (L + nu * S + o + tr) / 4], axis=0)
+    assert set(which) == {0, 1, 2}
+    assert ((L / T < 1) & (which == 0)).any() and ((L / T >= 1) & (which == 0)).any()  # both branches of the root
+    np.testing.assert_allclose(parts["Sc"], S * (1 + k * np.minimum(1.0, L / T)), rtol=1e-12)
+
+
 def test_held_out_predictions_of_noisy_rows_are_within_their_noise():
     rows = synthetic_rows(noise=0.02, seed=1)
     cmp = costmodel.cross_validate(rows, kind="kfold", folds=4)
@@ -121,19 +142,28 @@ def _cli(*args):
                           cwd=ROOT, timeout=300)
 
 
-def test_command_line_fit_compare_whatif(tmp_path):
+def _main(capsys, *args):
+    """``python -m analysis ARGS`` in this process (its imports paid once): (status, stdout, stderr)."""
+    from analysis.__main__ import main
+    rc = main([str(a) for a in args])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_command_line_fit_compare_whatif(tmp_path, capsys):
     m = tmp_path / "m.json"
-    r = _cli("costmodel", "fit", STUDY, "--out", m)
-    assert r.returncode == 0, r.stderr
-    r = _cli("costmodel", "compare", m, STUDY, "--json")
-    assert r.returncode == 0, r.stderr
-    s = json.loads(r.stdout.strip().splitlines()[-1])
+    rc, _, err = _main(capsys, "costmodel", "fit", STUDY, "--out", m)
+    assert rc == 0 and m.is_file(), err
+    rc, out, err = _main(capsys, "costmodel", "compare", m, STUDY, "--json")
+    assert rc == 0, err
+    s = json.loads(out.strip().splitlines()[-1])
     assert {"median_abs_rel_error", "max_abs_rel_error", "kendall_tau", "n"} <= set(s) and s["n"] == 14
-    r = _cli("whatif", m, "--set", "hierarchy=h100_sxm", "--json")
-    assert r.returncode == 0, r.stderr
-    w = json.loads(r.stdout.strip().splitlines()[-1])
+    rc, out, err = _main(capsys, "whatif", m, "--set", "hierarchy=h100_sxm", "--json")
+    assert rc == 0, err
+    w = json.loads(out.strip().splitlines()[-1])
     assert w["bottleneck"] and "h100_sxm" in w["extrapolated"]
-    r = _cli("costmodel", "predict", m, "--grid", "num_workers=0,2", "colour=red")
-    assert r.returncode == 2 and "colour" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    rc, _, err = _main(capsys, "costmodel", "predict", m, "--grid", "num_workers=0,2", "colour=red")
+    assert rc == 2 and "colour" in err and len(err.strip().splitlines()) == 1
+    # the real entry point: a bad folder is one line on stderr and exit status 2
     r = _cli("costmodel", "cv", tmp_path)
-    assert r.returncode == 2 and "rows.csv" in r.stderr
+    assert r.returncode == 2 and "rows.csv" in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -57,13 +57,15 @@ def test_committed_folder_rebuilds_with_its_numbers(rebuilt):
     d, path, failed = rebuilt
     assert path == d / "report.md" and failed == []
     new, old = _sections(path.read_text()), _sections((COMMITTED / "report.md").read_text())
-    assert list(new) == ["Machine and environment", "Measured sweep", "Hierarchy", "Memory", "Simulation", "Scaling",
-                         "Rules of thumb"]
+    assert list(new) == ["Machine and environment", "Measured sweep", "Hierarchy", "Memory", "Simulation",
+                         "Predicted vs measured", "What if", "Scaling", "Rules of thumb"]
     assert [t for t in new if t in old] == list(old)  # a folder written before a section existed gains it
     if "Rules of thumb" not in old:  # no rules/ folder: the section says how to measure it
         assert "python -m experiments rules --preset quick" in new["Rules of thumb"]
     for title in ("Machine and environment", "Measured sweep", "Hierarchy", "Memory", "Simulation"):
         assert new[title] == old[title], title  # the same text and numbers as the report the study wrote
+    for title in ("Predicted vs measured", "What if"):  # the cost model refitted and cross-validated alike
+        assert new[title].replace(str(d), "results/cpu-2core/study") == old[title], title
     assert "Preset `quick`" in new["Machine and environment"] and "Time of each stage: sweep" in new["Machine and environment"]
     # the scaling rows and the fitted values (the bootstrap intervals were not recomputed)
     new_rows = re.findall(r"^\d.*", new["Scaling"].split("Fit of")[0], re.M)
