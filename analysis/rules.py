@@ -737,14 +737,19 @@ def section(study) -> str:
             "sweep's and probes' rows); for a folder written before, or for every claim measured on its own, run "
             "`python -m experiments rules --preset quick` and then `python -m analysis rules results/rules/<run_id>`."]) + "\n"
     data = RulesData.load(d)
-    df = verdicts(data, None)
+    from analysis import costmodel
+    from analysis.costmodel.section import calibrated_model
+    model = calibrated_model(study)
+    df = verdicts(data, None if model is None else (lambda configs: costmodel.predict(model, configs)))
     df.to_csv(d / RULES_CSV, index=False)
     counts = df["verdict"].value_counts()
     lines += [f"Popular advice about input pipelines, tested on this machine ({_platform(data)}, {_cores(data)} cores). "
               "Each claim's measured effect has the interval of its median over repeats; the verdict compares it "
               "with the claimed band (holds: the median is in the band; does not hold: the whole interval is "
               "outside it; inconclusive: the interval reaches the band but the median does not). "
-              "Predicted effects need a calibrated cost model (`python -m analysis rules DIR --model MODEL.json`).",
+              + ("Predicted effects come from the cost model calibrated on this study's sweep (its held-out error "
+               "is in \"Predicted vs measured\")." if model is not None else
+               "Predicted effects need a calibrated cost model (`python -m analysis rules DIR --model MODEL.json`)."),
               "", "Verdicts: " + ", ".join(f"{k} {v}" for k, v in counts.items()) + ".", "", table(df), ""]
     if data.meta.get("study_dir"):
         lines += ["Claims 1, 3 and 9 are read from this study's own sweep (its grid's controlled comparisons), "

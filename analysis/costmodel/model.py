@@ -381,8 +381,10 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
             repeat). Only ``status == 'ok'`` rows are used; transformer rows are refused.
         probes: raw probe rows (``probe/rows.csv``) for the host→device copy; optional.
         steps: per-step times (``steps.csv``) for the simulator's step jitter; optional.
-        step_probe: device-resident step rows (``step_probe/rows.csv``, ``experiments.stepprobe``):
-            more points for the step fit; optional.
+        step_probe: more rows for the step fit alone: any sweep's ``rows.csv`` (only their
+            ``device_resident_samples_per_s`` and knobs are read), e.g. a cheap sweep over batch
+            and image sizes; ``costmodel fit`` reads them from ``step_probe/rows.csv`` beside the
+            rows. Optional.
         sources: where the rows came from, recorded in the model.
         transfer: the host→device copy as :func:`transfer_from_probes` returns it; given, ``probes``
             is not read (cross-validation fits the probes once for every fold: that fit's
@@ -417,7 +419,7 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
         if len(sp):
             if "device_resident_samples_per_s" not in sp:
                 raise CostModelError("step probe rows: no column 'device_resident_samples_per_s'; "
-                                     "use the rows experiments.stepprobe wrote")
+                                     "use a sweep's rows.csv (python -m experiments sweep)")
             pk = knob_frame(sp.reset_index(drop=True))
             skf = pd.concat([kf, pk], ignore_index=True)
             s_meas = np.concatenate([S_meas, pk.batch_size.to_numpy(float)

@@ -100,6 +100,14 @@ def _calibration(study) -> dict:
     return out
 
 
+def calibrated_model(study):
+    """The cost model calibrated on all of ``study``'s measured rows (the one "Predicted vs measured"
+    prints), or None when the study cannot be calibrated."""
+    if study.runs is None or not len(study.runs):
+        return None
+    return _calibration(study).get("model")
+
+
 def _label(r) -> str:
     return f"{r.model} b{r.batch_size} i{r.image_size} w{r.num_workers} {r.feed}"
 

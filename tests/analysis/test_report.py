@@ -41,7 +41,7 @@ def rebuilt(tmp_path_factory):
     d = tmp_path_factory.mktemp("rebuilt") / "study"
     shutil.copytree(COMMITTED, d)
     (d / "report.md").unlink()
-    for png in d.glob("*.png"):
+    for png in d.rglob("*.png"):  # the report's figures and the rules section's in rules/
         png.unlink()
     mp = pytest.MonkeyPatch()
     from analysis.scaling import report as scaling_report
@@ -78,7 +78,7 @@ def test_committed_folder_rebuilds_with_its_numbers(rebuilt):
 def test_rebuilt_figures_are_the_linked_ones(rebuilt):
     d, path, _ = rebuilt
     linked = re.findall(r"!\[[^]]*\]\(([^)]+)\)", path.read_text())
-    assert sorted(linked) == sorted(p.name for p in COMMITTED.glob("*.png"))
+    assert sorted(linked) == sorted(p.relative_to(COMMITTED).as_posix() for p in COMMITTED.rglob("*.png"))
     assert all((d / f).stat().st_size > 5000 for f in linked)
 
 
