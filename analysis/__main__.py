@@ -12,7 +12,8 @@ import argparse
 import sys
 from typing import Callable
 
-from analysis import links, report
+from analysis import links, report, rules
+from analysis.costmodel import cli as costmodel_cli
 from analysis.scaling import cli as scaling_cli
 
 Subcommand = tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
@@ -21,6 +22,9 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "report": (report.HELP, report.add_args, report.run),
     "scaling": (scaling_cli.HELP, scaling_cli.add_args, scaling_cli.run),
     "links": (links.HELP, links.add_args, links.run),
+    "costmodel": (costmodel_cli.HELP, costmodel_cli.add_args, costmodel_cli.run),
+    "whatif": (costmodel_cli.WHATIF_HELP, costmodel_cli.add_whatif_args, costmodel_cli.run_whatif),
+    "rules": (rules.HELP, rules.add_args, rules.run),
 }
 
 

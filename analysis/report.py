@@ -45,7 +45,10 @@ SECTIONS = (
     ("Hierarchy", "analysis.hierarchy", "section"),
     ("Memory", "analysis.memory", "section"),
     ("Simulation", "analysis.simulation", "section"),
+    ("Predicted vs measured", "analysis.costmodel.section", "predicted_section"),
+    ("What if", "analysis.costmodel.section", "whatif_section"),
     ("Scaling", "analysis.scaling", "section"),
+    ("Rules of thumb", "analysis.rules", "section"),
 )
 
 

@@ -39,6 +39,10 @@ _EXPORTS = {
     "ScalingConfig": ("experiments.scaling", "ScalingConfig"),
     "SCALING_PRESETS": ("experiments.scaling", "PRESETS"),
     "run_scaling": ("experiments.scaling", "run"),
+    # the rules of thumb
+    "RulesConfig": ("experiments.rules", "RulesConfig"),
+    "RULES_PRESETS": ("experiments.rules", "PRESETS"),
+    "run_rules": ("experiments.rules", "run"),
     # results
     "run_dir": ("experiments.results", "run_dir"),
     "load": ("experiments.results", "load"),

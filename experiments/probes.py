@@ -140,7 +140,7 @@ def _pread_full(fd: int, view: memoryview) -> None:
         off += k
 
 
-def _resident_fraction(fd: int, length: int) -> float:
+def resident_fraction(fd: int, length: int) -> float:
     """Fraction of the file's first ``length`` bytes in the page cache (mincore(2)); NaN if unknown."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -287,7 +287,7 @@ def _file_probes(rec: _Recorder, cfg: ProbeConfig, sz: list[int], tmp: Path) -> 
                         if cfg.cold_method != "fadvise":
                             return base_note
                         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-                        res = _resident_fraction(fd, n)
+                        res = resident_fraction(fd, n)
                         if math.isnan(res):
                             return base_note + "; residency after fadvise not checked (mincore failed)"
                         return base_note + f"; mincore after fadvise: {res:.1%} of pages resident"
@@ -312,7 +312,7 @@ def _file_probes(rec: _Recorder, cfg: ProbeConfig, sz: list[int], tmp: Path) -> 
                     _pread_full(fd, view[:n])
                     return time.perf_counter() - t0
 
-                res = _resident_fraction(fd, n_max)
+                res = resident_fraction(fd, n_max)
                 _sweep(rec, cfg, "file_read_warm", sz, warm,
                        "read() from the page cache into a pre-touched buffer"
                        + ("" if math.isnan(res) else f"; mincore: {res:.1%} of pages resident"))

@@ -216,6 +216,16 @@ _TRAIN_HELP = Experiment.extra_help + (
 )
 
 
+def _rules_presets():
+    from experiments import rules
+    return rules.PRESETS
+
+
+def _rules_main(cfg, preset, run_id=None, results_root=None):
+    from experiments import rules
+    return rules.main(cfg, preset, run_id=run_id, results_root=results_root)
+
+
 def _env_presets():
     from experiments import envcheck
     return envcheck.PRESETS
@@ -240,6 +250,10 @@ EXPERIMENTS: dict[str, Experiment] = {
     "hosts": Experiment("the straggler check: N = 1, 2, 4 data-parallel processes, one slowed on purpose, "
                         "measured vs predicted from single-process references",
                         _Lazy(_hosts_presets), "quick", _hosts_main),
+    "rules": Experiment("the folklore, measured: each rule of thumb (workers, pinned memory, prefetch, bf16, "
+                        "gradient accumulation, tiers, mmap, device_put copies, input-bound steps) tested on this "
+                        "machine; verdicts by 'python -m analysis rules DIR'",
+                        _Lazy(_rules_presets), "quick", _rules_main),
     "study": Experiment("the main job: the quick sweep plus a readable report with figures",
                         _Lazy(_study_presets), "quick", _study_main, _SWEEP_OPTIONS, _SWEEP_HELP),
     "env": Experiment("check this environment: platform, devices, memory kinds, package versions against the "

@@ -1,7 +1,8 @@
 """The study (``make demo``): the quick sweep, the hierarchy probes, the scaling run and the
 memory footprints, written into one results folder; then ``report.md`` from that folder.
 
-The study only measures and writes: rows (``rows.csv``, ``probe/``, ``scaling/``, ``memory.csv``)
+The study only measures and writes: rows (``rows.csv``, ``probe/``, ``scaling/``, ``memory.csv``,
+``rules/``)
 and ``study.json`` (preset, environment, seconds per stage, the error of each stage that failed).
 Its one call into analysis is ``analysis.report.build_report(folder)``, the same function as
 ``python -m analysis report FOLDER``, so a report can be rebuilt without measuring again. A stage
@@ -29,6 +30,9 @@ class StudyConfig(SweepConfig):
     probe_preset: Literal["none", "smoke", "quick", "full"] = "quick"
     # the scaling run fitted in the "Scaling" section ('none' skips it)
     scaling_preset: Literal["none", "smoke", "quick", "full"] = "quick"
+    # the rules of thumb ("Rules of thumb" section): 'study' reuses the sweep's and probes' rows and
+    # measures only the cheap parts (experiments.rules.study, about 20 s); 'none' skips them
+    rules_preset: Literal["none", "study"] = "study"
 
 
 def _study(sweep_cfg: SweepConfig, **kw) -> StudyConfig:
@@ -36,7 +40,7 @@ def _study(sweep_cfg: SweepConfig, **kw) -> StudyConfig:
 
 
 PRESETS = {"smoke": lambda: _study(dataclasses.replace(sweep.smoke(), repeats=2), probe_preset="smoke",
-                                   scaling_preset="smoke"),
+                                   scaling_preset="smoke", rules_preset="none"),
            "quick": lambda: _study(sweep.quick(), probe_preset="quick", scaling_preset="quick"),
            "full": lambda: _study(sweep.full(), probe_preset="full", scaling_preset="full")}
 
@@ -71,6 +75,21 @@ def run_scaling(cfg: StudyConfig, out: Path):
     d = out / "scaling"
     d.mkdir(exist_ok=True)
     return scaling.run(scaling.PRESETS[cfg.scaling_preset](), d)
+
+
+def run_rules(cfg: StudyConfig, out: Path):
+    """The rules of thumb, measured cheaply into ``out/rules`` (resumable): the study's own sweep and
+    probe rows serve the claims they cover; the memory analysis, device_put and memmap parts run."""
+    if cfg.rules_preset == "none":
+        return None
+    from experiments import rules
+    print(f"rules of thumb (preset {cfg.rules_preset}) …", flush=True)
+    d = out / "rules"
+    d.mkdir(exist_ok=True)
+    meta = rules.run(rules.study(str(out)), d, progress=False)
+    if meta.get("errors"):
+        raise RuntimeError("; ".join(f"{k}: {v}" for k, v in meta["errors"].items()))
+    return meta
 
 
 def run_memory(rows: pd.DataFrame, out: Path) -> pd.DataFrame:
@@ -108,7 +127,9 @@ def main(cfg: StudyConfig, preset: str, run_id: str | None = None, results_root:
             _stage(errors, "probes", run_probes, cfg, out)
             stage_s["probes"], t = time.perf_counter() - t, time.perf_counter()
             _stage(errors, "scaling", run_scaling, cfg, out)
-            stage_s["scaling"] = time.perf_counter() - t
+            stage_s["scaling"], t = time.perf_counter() - t, time.perf_counter()
+            _stage(errors, "rules", run_rules, cfg, out)
+            stage_s["rules"] = time.perf_counter() - t
         except KeyboardInterrupt:
             sig.caught = sig.caught or signal.SIGINT
     if sig.caught:

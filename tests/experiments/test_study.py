@@ -15,7 +15,8 @@ def test_study_writes_report_with_table_and_figures(tmp_path, data_cache):
     d = tmp_path / "study" / "s"
     report = (d / "report.md").read_text()
     for heading in ("## Machine and environment", "## Measured sweep", "### Best configuration",
-                    "### Which knob moved throughput most", "## Hierarchy", "## Memory", "## Simulation", "## Scaling"):
+                    "### Which knob moved throughput most", "## Hierarchy", "## Memory", "## Simulation", "## Predicted vs measured",
+                    "## What if", "## Scaling", "## Rules of thumb"):
         assert heading in report
     assert "This section failed" not in report
     rows = load(d / "rows.csv")
@@ -31,7 +32,7 @@ def test_study_writes_report_with_table_and_figures(tmp_path, data_cache):
     assert (d / "config.json").exists() and (d / "probe" / "rows.csv").exists() and (d / "memory.csv").exists()
     meta = json.loads((d / "study.json").read_text())  # what the report needs beyond the rows
     assert meta["preset"] == "smoke" and meta["errors"] == {} and meta["environment"]["platform"]
-    assert list(meta["stage_s"]) == ["sweep", "probes", "scaling", "memory"] and meta["stage_s"]["sweep"] > 0
+    assert list(meta["stage_s"]) == ["sweep", "probes", "scaling", "rules", "memory"] and meta["stage_s"]["sweep"] > 0
     assert "Preset `smoke`; 2 configurations × 2 repeats; measured sweep wall time" in report
     # the report is rebuilt from the folder alone, as the study wrote it
     (d / "report.md").unlink()

@@ -1,0 +1,235 @@
+"""``python -m analysis costmodel {fit,predict,compare,cv}`` and ``python -m analysis whatif``.
+
+A stable command line (scripts rely on it): with ``--json`` the last line printed is one JSON
+object; errors are one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from analysis.costmodel.features import KNOB_DEFAULTS, CostModelError
+from memsim.knobs import ConfigError
+
+HELP = "fit the hierarchy cost model to measured rows, predict, compare, cross-validate"
+WHATIF_HELP = "predict a configuration with knobs changed, beside its calibrated baseline"
+
+
+def read_dir(path: str) -> dict:
+    """The frames a results folder holds for calibration: rows, probes, steps, step probe."""
+    from experiments.results import read_csv_rows
+    d = Path(path)
+    if not (d / "rows.csv").is_file():
+        raise CostModelError(f"results folder {path!r}: no rows.csv; give a folder a sweep or study wrote "
+                             f"(python -m experiments study --preset quick)")
+    out = {"rows": read_csv_rows(d / "rows.csv")}
+    for key, rel in (("probes", "probe/rows.csv"), ("steps", "steps.csv"), ("step_probe", "step_probe/rows.csv")):
+        out[key] = read_csv_rows(d / rel) if (d / rel).is_file() else None
+    return out
+
+
+def read_dirs(paths: list[str]) -> dict:
+    parts = [read_dir(p) for p in paths]
+    out = {}
+    for key in ("rows", "probes", "steps", "step_probe"):
+        frames = [p[key] for p in parts if p[key] is not None]
+        out[key] = pd.concat(frames, ignore_index=True) if frames else None
+    return out
+
+
+def _value(text: str):
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_grid(items: list[str]) -> pd.DataFrame:
+    """``key=v1,v2`` items → every combination as rows."""
+    import itertools
+    grid = {}
+    for it in items:
+        key, sep, vals = it.partition("=")
+        if not sep or not vals:
+            raise CostModelError(f"--grid {it!r}: expected key=v1,v2,...")
+        if key not in KNOB_DEFAULTS:
+            raise CostModelError(f"--grid key {key!r}: not a knob; known: {', '.join(KNOB_DEFAULTS)}")
+        grid[key] = [_value(v) for v in vals.split(",")]
+    keys = list(grid)
+    return pd.DataFrame([dict(zip(keys, combo)) for combo in itertools.product(*grid.values())])
+
+
+def _print_json(obj: dict) -> None:
+    print(json.dumps(obj, default=float))
+
+
+def cmd_fit(args) -> int:
+    from analysis.costmodel.model import fit
+    d = read_dirs(args.results)
+    model = fit(d["rows"], d["probes"], d["steps"], d["step_probe"], sources=args.results)
+    out = Path(args.out or Path(args.results[0]) / "costmodel.json")
+    model.save(out)
+    print(model.report())
+    print(f"wrote {out}")
+    return 0
+
+
+def cmd_predict(args) -> int:
+    from analysis.costmodel.model import load, predict
+    model = load(args.model)
+    if bool(args.grid) == bool(args.configs):
+        raise CostModelError("predict: give either --grid key=v1,v2 ... or --configs CONFIGS.csv")
+    if args.configs:
+        if not Path(args.configs).is_file():
+            raise CostModelError(f"--configs {args.configs!r}: no such file")
+        configs = pd.read_csv(args.configs)
+        if "config_id" in configs and "repeat" in configs:  # a measured rows.csv: one row per configuration
+            configs = configs.drop_duplicates("config_id")
+    else:
+        configs = parse_grid(args.grid)
+    pred = predict(model, configs)
+    cols = [c for c in ("model", "batch_size", "image_size", "augment_cost", "source", "precision", "grad_accum_steps",
+                        "num_workers", "prefetch_buffer_size", "feed", "samples_per_s", "stall_frac", "input_bound",
+                        "bottleneck", "extrapolated") if c in pred]
+    if args.out:
+        pred.to_csv(args.out, index=False)
+        print(f"wrote {args.out}")
+    print(pred[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from analysis.costmodel.evaluate import compare, summary, worst
+    from analysis.costmodel.model import load, measured_configs, predict
+    model = load(args.model)
+    d = read_dir(args.results)
+    meas = measured_configs(d["rows"])
+    pred = predict(model, meas)
+    pred["config_id"] = meas.config_id.to_numpy()
+    cmp = compare(d["rows"], pred)
+    s = summary(cmp)
+    print(cmp[["config_id", "measured", "measured_lo", "measured_hi", "predicted", "rel_error", "within_noise",
+               "bottleneck"]].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    w = worst(cmp)
+    for _, r in w.iterrows():
+        print(f"worst: {r.config_id} {r.rel_error:+.1%} {r.reason}")
+    print(f"median |rel error| {s['median_abs_rel_error']:.1%}, max {s['max_abs_rel_error']:.1%}, "
+          f"Kendall tau {s['kendall_tau']:.2f}, n {s['n']}")
+    if args.json:
+        _print_json(s)
+    return 0
+
+
+def cmd_cv(args) -> int:
+    from analysis.costmodel.evaluate import cross_validate, summary, worst
+    d = read_dir(args.results)
+    cmp = cross_validate(d["rows"], kind=args.kind, folds=args.folds, seed=args.seed, probes=d["probes"],
+                         steps=d["steps"], step_probe=d["step_probe"])
+    s = summary(cmp)
+    s["kind"] = args.kind
+    print(cmp[["fold", "config_id", "measured", "predicted", "rel_error", "within_noise", "bottleneck",
+               "extrapolated"]].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    for _, r in worst(cmp).iterrows():
+        print(f"worst: {r.config_id} ({r.fold}) {r.rel_error:+.1%} {r.reason}")
+    print(f"{args.kind}: median |rel error| {s['median_abs_rel_error']:.1%}, max {s['max_abs_rel_error']:.1%}, "
+          f"Kendall tau {s['kendall_tau']:.2f}, n {s['n']}")
+    if args.json:
+        _print_json(s)
+    return 0
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    f = sub.add_parser("fit", help="calibrate on one or more results folders")
+    f.add_argument("results", nargs="+", help="results folders (rows.csv; probe/ and steps.csv if present)")
+    f.add_argument("--out", help="model file (default RESULTS_DIR/costmodel.json)")
+    f.set_defaults(_action=cmd_fit)
+    pr = sub.add_parser("predict", help="predict configurations")
+    pr.add_argument("model", help="MODEL.json from 'costmodel fit'")
+    pr.add_argument("--grid", nargs="+", metavar="KEY=V1,V2", help="a grid of knob values")
+    pr.add_argument("--configs", help="a CSV of configurations (a measured rows.csv works)")
+    pr.add_argument("--out", help="write the predictions as CSV")
+    pr.set_defaults(_action=cmd_predict)
+    c = sub.add_parser("compare", help="predict a results folder's configurations and compare")
+    c.add_argument("model")
+    c.add_argument("results")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(_action=cmd_compare)
+    v = sub.add_parser("cv", help="cross-validate on one results folder")
+    v.add_argument("results")
+    v.add_argument("--kind", choices=("kfold", "lokvo"), default="kfold")
+    v.add_argument("--folds", type=int, default=5)
+    v.add_argument("--seed", type=int, default=0)
+    v.add_argument("--json", action="store_true")
+    v.set_defaults(_action=cmd_cv)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return args._action(args)
+    except (CostModelError, ConfigError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def add_whatif_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="MODEL.json from 'costmodel fit'")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a knob to change (repeatable); hierarchy=h100_sxm|h200 moves the step to that "
+                        "accelerator, cpu_count=N sets the host's cores")
+    p.add_argument("--base", help="baseline configurations CSV (default: the fastest measured configuration "
+                                  "of the first folder the model was fitted on)")
+    p.add_argument("--json", action="store_true")
+
+
+def run_whatif(args: argparse.Namespace) -> int:
+    from analysis.costmodel.evaluate import whatif
+    from analysis.costmodel.model import load, measured_configs
+    try:
+        model = load(args.model)
+        changes, hierarchy, cores = {}, None, None
+        for it in args.set:
+            key, sep, val = it.partition("=")
+            if not sep or not val:
+                raise CostModelError(f"--set {it!r}: expected KEY=VALUE")
+            if key == "hierarchy":
+                hierarchy = val
+            elif key == "cpu_count":
+                cores = _value(val)
+                if not isinstance(cores, int) or cores < 1:
+                    raise CostModelError(f"--set cpu_count={val!r}: expected a positive integer")
+            elif key in KNOB_DEFAULTS:
+                changes[key] = _value(val)
+            else:
+                raise CostModelError(f"--set {key!r}: not a knob; known: hierarchy, cpu_count, {', '.join(KNOB_DEFAULTS)}")
+        if not args.set:
+            raise CostModelError("whatif: give at least one --set KEY=VALUE")
+        if args.base:
+            base = pd.read_csv(args.base).drop_duplicates("config_id") if Path(args.base).is_file() else None
+            if base is None:
+                raise CostModelError(f"--base {args.base!r}: no such file")
+        else:
+            if not model.sources or not (Path(model.sources[0]) / "rows.csv").is_file():
+                raise CostModelError("whatif: the model's rows are not at hand; give --base CONFIGS.csv")
+            base = measured_configs(read_dir(model.sources[0])["rows"])
+        base = base.sort_values("samples_per_s", ascending=False).head(1) if "samples_per_s" in base else base.head(1)
+        table = whatif(model, base.reset_index(drop=True), changes, hierarchy=hierarchy, cpu_count=cores)
+    except (CostModelError, ConfigError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    w = table.iloc[1]
+    print(f"what if {' '.join(args.set)}: {w.samples_per_s:.4g} samples/s ({w.speedup:.2f}× the baseline), "
+          f"bottleneck {w.bottleneck}, {w.input_bound}" + (f"; EXTRAPOLATION: {w.extrapolated}" if w.extrapolated else ""))
+    if args.json:
+        _print_json({"samples_per_s": float(w.samples_per_s), "baseline_samples_per_s": float(table.samples_per_s.iloc[0]),
+                     "speedup": float(w.speedup), "bottleneck": w.bottleneck, "stall_frac": float(w.stall_frac),
+                     "extrapolated": w.extrapolated})
+    return 0

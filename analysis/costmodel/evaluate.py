@@ -1,0 +1,194 @@
+"""How wrong the cost model is: predicted against measured, cross-validation, what-if.
+
+``compare(measured_rows, predicted)`` joins a model's predictions with the measured medians and
+intervals; ``summary`` states median and max |relative error| and Kendall's τ between predicted
+and measured rankings; ``cross_validate`` holds configurations out (random K-fold, or every
+configuration with one value of one knob: leave-one-knob-value-out), calibrates on the rest and
+predicts them; ``whatif`` predicts a configuration with knobs changed beside its calibrated baseline.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from analysis.costmodel.features import CostModelError
+from analysis.costmodel.model import CostModel, fit, measured_configs, predict, transfer_from_probes
+
+#: the knobs leave-one-knob-value-out cycles through (those with at least two measured values)
+LOKVO_KNOBS = ("num_workers", "batch_size", "image_size", "augment_cost", "source", "precision",
+               "grad_accum_steps", "model", "prefetch_buffer_size", "feed")
+
+
+def compare(measured_rows: pd.DataFrame, predicted: pd.DataFrame) -> pd.DataFrame:
+    """Predicted against measured, one row per configuration.
+
+    Args:
+        measured_rows: tidy measured rows (one per configuration and repeat).
+        predicted: :func:`analysis.costmodel.predict` of the same configurations, in the order of
+            ``measured_configs(measured_rows)`` (one row per configuration, in order of first appearance),
+            or with a ``config_id`` column to join on.
+
+    Returns:
+        ``config_id``, the knobs, ``measured`` (median samples/s), ``measured_lo``/``_hi`` (its
+        interval over repeats), ``predicted``, ``rel_error`` (predicted / measured − 1),
+        ``within_noise`` (the prediction lies inside the measured interval), ``bottleneck``,
+        ``input_bound`` and ``extrapolated``.
+    """
+    meas = measured_configs(measured_rows)
+    pred = predicted.reset_index(drop=True)
+    if "config_id" in pred:
+        pred = pred.set_index("config_id").reindex(meas.config_id).reset_index()
+    if len(pred) != len(meas):
+        raise CostModelError(f"predicted: {len(pred)} rows for {len(meas)} measured configurations; "
+                             f"predict the measured configurations (same order) or give config_id")
+    out = pd.DataFrame({"config_id": meas.config_id})
+    for k in ("model", "batch_size", "image_size", "augment_cost", "source", "precision", "grad_accum_steps",
+              "num_workers", "prefetch_buffer_size", "feed"):
+        if k in meas:
+            out[k] = meas[k].to_numpy()
+    out["measured"] = meas.samples_per_s.to_numpy(float)
+    out["measured_lo"] = meas.get("samples_per_s_lo", meas.samples_per_s).to_numpy(float)
+    out["measured_hi"] = meas.get("samples_per_s_hi", meas.samples_per_s).to_numpy(float)
+    out["repeats"] = meas.get("repeats", pd.Series(1, index=meas.index)).to_numpy()
+    out["predicted"] = pred.samples_per_s.to_numpy(float)
+    out["rel_error"] = out.predicted / out.measured - 1
+    out["within_noise"] = (out.predicted >= out.measured_lo) & (out.predicted <= out.measured_hi)
+    for c in ("bottleneck", "input_bound", "stall_frac", "stage_to_fix", "extrapolated", "fold"):
+        if c in pred:
+            out[c] = pred[c].to_numpy()
+    return out
+
+
+def summary(cmp: pd.DataFrame) -> dict:
+    """Median and max |rel error|, Kendall's τ of predicted vs measured, and n.
+
+    >>> cmp = pd.DataFrame({"measured": [100.0, 200, 300], "predicted": [110.0, 190, 300],
+    ...                     "rel_error": [0.1, -0.05, 0.0]})
+    >>> s = summary(cmp)
+    >>> s["median_abs_rel_error"], s["max_abs_rel_error"], s["kendall_tau"], s["n"]
+    (0.05, 0.1, 1.0, 3)
+    """
+    from scipy.stats import kendalltau
+    err = np.abs(cmp.rel_error.to_numpy(float))
+    if not len(err):
+        raise CostModelError("compare: no configurations to summarise")
+    tau = float(kendalltau(cmp.predicted, cmp.measured).statistic) if len(err) > 1 else math.nan
+    out = {"median_abs_rel_error": float(np.median(err)), "max_abs_rel_error": float(err.max()),
+           "kendall_tau": tau, "n": int(len(err))}
+    if "within_noise" in cmp:
+        out["within_noise"] = int(cmp.within_noise.sum())
+    if "extrapolated" in cmp:
+        out["extrapolated"] = int((cmp.extrapolated.astype(str) != "").sum())
+    return out
+
+
+def reason(row: pd.Series) -> str:
+    """Why a prediction may be off, from what the comparison knows (or '')."""
+    why = []
+    if isinstance(row.get("extrapolated"), str) and row["extrapolated"]:
+        why.append("extrapolated: " + row["extrapolated"])
+    lo, hi, m = row.get("measured_lo"), row.get("measured_hi"), row.get("measured")
+    if m and np.isfinite(lo) and np.isfinite(hi) and (hi - lo) / m > 0.1:
+        why.append(f"noisy measurement (interval {100 * (hi - lo) / m:.0f}% of the median)")
+    if row.get("bottleneck") == "step" and abs(row.get("rel_error", 0)) > 0.1:
+        why.append("step-bound: the step-time fit (FLOPs × rate per model and precision) misses this shape")
+    return "; ".join(why)
+
+
+def worst(cmp: pd.DataFrame, n: int = 3) -> pd.DataFrame:
+    """The ``n`` largest |rel error| rows with a reason each."""
+    w = cmp.reindex(cmp.rel_error.abs().sort_values(ascending=False).index).head(n).copy()
+    w["reason"] = [reason(r) for _, r in w.iterrows()]
+    return w
+
+
+def cross_validate(rows: pd.DataFrame, *, kind: str = "kfold", folds: int = 5, seed: int = 0,
+                   probes: pd.DataFrame | None = None, steps: pd.DataFrame | None = None,
+                   step_probe: pd.DataFrame | None = None, knobs=LOKVO_KNOBS,
+                   transfer: dict | None = None) -> pd.DataFrame:
+    """Held-out predictions: calibrate without some configurations, predict them.
+
+    Args:
+        rows: tidy measured rows.
+        kind: ``"kfold"`` (configurations shuffled with ``seed`` into ``folds`` folds) or
+            ``"lokvo"`` (leave one knob value out: for each knob of ``knobs`` with at least two
+            measured values, and each value, hold out every configuration with that value).
+        folds: the number of folds of ``kfold`` (at most the number of configurations).
+        probes, steps, step_probe: passed to :func:`fit`.
+        transfer: the probes' copy fit (:func:`transfer_from_probes`) when the caller has it.
+
+    Returns:
+        :func:`compare` rows of the held-out predictions with ``fold`` naming the held-out set
+        (under ``lokvo`` a configuration appears once per knob).
+    """
+    meas = measured_configs(rows)
+    ids = meas.config_id.astype(str).to_numpy()
+    n = len(ids)
+    if kind == "kfold":
+        if not 2 <= folds <= n:
+            raise CostModelError(f"folds={folds}: must be between 2 and the number of configurations ({n})")
+        perm = np.random.default_rng(seed).permutation(n)
+        sets = [(f"fold {k}", set(ids[perm[k::folds]])) for k in range(folds)]
+    elif kind == "lokvo":
+        sets = []
+        for k in knobs:
+            if k not in meas:
+                continue
+            vals = meas[k].astype(str)
+            if vals.nunique() < 2:
+                continue
+            for v in sorted(vals.unique()):
+                sets.append((f"{k}={v}", set(ids[(vals == v).to_numpy()])))
+    else:
+        raise CostModelError(f"kind={kind!r}: expected 'kfold' or 'lokvo'")
+    if transfer is None:  # the probes do not change between folds: fitted once
+        transfer = transfer_from_probes(probes)
+    out = []
+    for name, held in sets:
+        out_of = meas.config_id.astype(str).isin(held)
+        train, test = meas[~out_of], meas[out_of]  # summarized once: a configuration's own rows alone
+        try:
+            model = fit(train, probes, steps, step_probe, transfer=transfer)
+        except CostModelError as e:
+            print(f"cross-validation: {name} skipped: {e}")
+            continue
+        pred = predict(model, test)
+        pred["config_id"] = test.config_id.to_numpy()
+        c = compare(test, pred)
+        c["fold"] = name
+        out.append(c)
+    if not out:
+        raise CostModelError("cross-validation: no held-out set could be calibrated without; measure more configurations")
+    return pd.concat(out, ignore_index=True)
+
+
+def whatif(model: CostModel, base: pd.DataFrame, changes: dict, hierarchy: str | None = None,
+           cpu_count: int | None = None) -> pd.DataFrame:
+    """The baseline configuration and the same with ``changes``, predicted side by side.
+
+    Args:
+        model: a fitted model.
+        base: one configuration (one row with knob columns).
+        changes: knob -> new value.
+        hierarchy, cpu_count: as in :func:`predict` (apply to the changed configuration only).
+
+    Returns:
+        Two rows (``baseline``, ``what if``): samples/s, stall fraction, input-bound grade,
+        bottleneck, stage to fix and extrapolation flags.
+    """
+    if len(base) != 1:
+        raise CostModelError(f"base: {len(base)} rows; give exactly one baseline configuration")
+    changed = base.copy()
+    for k, v in changes.items():
+        changed[k] = v
+    b = predict(model, base)
+    w = predict(model, changed, hierarchy=hierarchy, cpu_count=cpu_count)
+    cols = ["samples_per_s", "bound_samples_per_s", "stall_frac", "input_bound", "bottleneck", "stage_to_fix",
+            "extrapolated", "num_workers", "batch_size", "precision", "feed"]
+    out = pd.concat([b[cols], w[cols]], ignore_index=True)
+    out.insert(0, "case", ["baseline", "what if"])
+    out["speedup"] = out.samples_per_s / out.samples_per_s.iloc[0]
+    return out

@@ -1,0 +1,691 @@
+"""The hierarchy cost model: fitted to measured rows, predicting throughput through the simulator.
+
+A configuration's step, per loader batch of B samples (seconds; every term is a fitted parameter
+or a knob, and ``C`` is the host's core count from the rows):
+
+- **step alone** (device-resident): ``S = accum · (s₀ + flops_micro / F[family, precision]) +
+  u · params`` — a roofline's compute side per micro-batch (``flop_rate_*`` fitted per model family
+  and precision from the device-resident runs; on CPU bf16 is emulated and slower, so it gets its
+  own rate), a fixed cost per micro-batch (dispatch, small kernels) and an optimizer update per
+  parameter (adamw touches every parameter once per step).
+- **loader CPU per sample** (uncontended): ``x = x₀ + x_px · px + x_aug · a · px + r[source]``,
+  ``px`` the image bytes in units of a 32×32×3 image, ``a`` the ``augment_cost`` (3×3 blur passes,
+  each proportional to the pixels), ``r`` a read/decode cost per record of each storage source
+  (``ram`` is 0). ``L = B·x``.
+- **main-thread work per batch** ``o`` (iterator, batching, dispatch) and the **host→device copy**
+  ``tr = α + bytes/β`` (the probe's ``h2d_pageable`` fit when the study has one).
+- **CPU contention** (the fitted term the uncalibrated simulator lacked). With ``num_workers ≥ 1``
+  the workers, the feed thread and XLA's compute pool share ``C`` cores:
+  ``T = max(S·(1 + κ·ρ) + o, L / num_workers, (L + ν·S + o + tr) / C)`` with ``ρ = min(1, L/T)``
+  the share of the time a worker is running. The first term is the step slowed by a busy worker
+  (XLA splits a step statically over its threads, so one thread sharing a core stalls the step:
+  ``κ`` is that coupling), the second the workers, the third processor sharing: all CPU work of a
+  batch (``ν`` = cores the step keeps busy) cannot take less than its core-seconds over ``C``.
+  With ``num_workers = 0`` the loader runs in the main process and shares its interpreter lock:
+  ``T = max(L + o + γ·S, S + γ·(L + o))``, ``γ`` the fraction of the shorter of the two that does
+  not overlap (0: perfect overlap, 1: in series).
+  On an accelerator (``whatif --set hierarchy=...``) the step leaves the host: ``ν = κ = 0``.
+
+``fit`` calibrates the step parameters on the device-resident step times and the rest on the
+measured samples/s (and, for runs without workers, on the per-sample loader times the transforms
+stamped, which are uncontended there) by least squares on log-ratios (scipy ``least_squares``);
+standard errors come from the Jacobian at the optimum, lmfit-style. ``predict`` maps each
+configuration onto a :class:`memsim.pipeline.PipelineConfig` whose stage times are the contended
+ones above (the workers as the transform stage, the step and main-thread work as compute, the copy
+as transfer; when the cores are the bottleneck every stage is slowed by the same
+processor-sharing factor) and runs the vmapped simulator with the measured step-time jitter.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import Any
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+
+from analysis.costmodel.features import (CATEGORICAL_KNOBS, FAMILIES, NUMERIC_KNOBS, CostModelError,
+                                         knob_frame)
+
+FORMAT = "memsim-costmodel"
+VERSION = 1
+SOURCES = ("ram", "memmap", "arrayrecord")
+PRECISIONS = ("fp32", "bf16")
+REF_PIXELS = 32 * 32 * 3
+Z95 = 1.959963984540054
+
+STEP_FIXED = ("step_overhead_s", "update_s_per_param")
+LOADER_PARAMS = ("sample_base_s", "pixel_s", "augment_pass_s", "read_memmap_s", "read_arrayrecord_s",
+                 "batch_overhead_s", "main_overlap_loss", "step_straggler", "step_cores")
+#: log-space bounds of each parameter (lower, upper) and its starting value
+_BOUNDS = {
+    "step_overhead_s": (1e-7, 1.0, 2e-4), "update_s_per_param": (1e-14, 1e-6, 1e-9),
+    "flop_rate": (1e6, 1e15, 3e10),
+    "sample_base_s": (1e-7, 1e-1, 2e-4), "pixel_s": (1e-9, 1e-1, 5e-5), "augment_pass_s": (1e-9, 1e-1, 5e-5),
+    "read_memmap_s": (1e-9, 1e-1, 1e-5), "read_arrayrecord_s": (1e-9, 1e-1, 1e-5),
+    "batch_overhead_s": (1e-6, 1.0, 3e-3), "main_overlap_loss": (1e-3, 1.5, 0.3),
+    "step_straggler": (1e-3, 3.0, 0.5), "step_cores": (0.1, 64.0, 1.0),
+}
+#: what each parameter means, for the fit report
+DESCRIPTION = {
+    "step_overhead_s": "fixed time per micro-batch of the step (s)",
+    "update_s_per_param": "optimizer update per parameter and step (s)",
+    "sample_base_s": "loader CPU per sample, fixed part (s)",
+    "pixel_s": "loader CPU per sample per 32×32×3 image bytes (s)",
+    "augment_pass_s": "loader CPU per augmentation pass per 32×32×3 image bytes (s)",
+    "read_memmap_s": "extra CPU per record read from a memory-mapped file (s)",
+    "read_arrayrecord_s": "extra CPU per record read and decoded from ArrayRecord (s)",
+    "batch_overhead_s": "main-thread work per batch: iterator, batching, dispatch (s)",
+    "main_overlap_loss": "share of the shorter of loader/step not overlapped without workers",
+    "step_straggler": "step slow-down per unit of worker activity (κ)",
+    "step_cores": "host cores the step keeps busy (ν)",
+}
+
+
+def _describe(name: str) -> str:
+    if name.startswith("accum_loop_"):
+        return (f"slow-down of a {name[len('accum_loop_'):]} micro-batch inside the gradient-accumulation "
+                f"loop (XLA compiles the loop body apart)")
+    return "step FLOP/s of " + name[len("flop_rate_"):].replace("_", " ")
+
+
+def flop_rate_name(family: str, precision: str) -> str:
+    return f"flop_rate_{family}_{precision}"
+
+
+@dataclasses.dataclass
+class CostModel:
+    """A calibrated cost model (``fit`` makes one; ``save``/``load`` keep it as JSON).
+
+    Attributes:
+        params: parameter name -> value.
+        table: one row per parameter: ``param``, ``value``, ``stderr``, ``lo``, ``hi`` (95%),
+            ``fixed`` (not fitted: no measurement moved it), ``description``.
+        stats: fit statistics (configurations, residual, R² of log-throughput, ...).
+        ranges: the calibrated range: numeric knob -> [min, max], categorical knob -> levels,
+            ``cells`` -> the model family/precision pairs with a measured step rate.
+        cpu_count: host cores of the measured machine.
+        transfer: host→device copy ``alpha_s``, ``beta_Bps`` and where they came from.
+        jitter: unit-mean step-time samples (from ``steps.csv``) for the simulator; may be empty.
+        environment: platform, device kind and versions of the rows it was fitted on.
+        sources: the folders it was fitted on.
+    """
+
+    params: dict
+    table: pd.DataFrame
+    stats: dict
+    ranges: dict
+    cpu_count: int
+    transfer: dict
+    jitter: list = dataclasses.field(default_factory=list)
+    environment: dict = dataclasses.field(default_factory=dict)
+    sources: list = dataclasses.field(default_factory=list)
+
+    def report(self) -> str:
+        """The fit as text, lmfit-style: statistics, then parameter, value, stderr, interval."""
+        s = self.stats
+        lines = ["[[Fit Statistics]]",
+                 f"    configurations     = {s['n_configs']}",
+                 f"    residuals          = {s['n_residuals']}",
+                 f"    free parameters    = {s['n_free']}",
+                 f"    rms log-residual   = {s['rms_log_residual']:.4f}",
+                 f"    R² (log samples/s) = {s['r2_log_samples_per_s']:.4f}",
+                 f"    median |rel error| = {s['median_abs_rel_error']:.2%} (in sample)",
+                 f"    host cores         = {self.cpu_count}",
+                 "[[Parameters]]"]
+        for _, r in self.table.iterrows():
+            if r.fixed:
+                lines.append(f"    {r.param:28s} {r.value:12.5g}  (fixed: {r.note})")
+            elif r.note:
+                lines.append(f"    {r.param:28s} {r.value:12.5g}  ({r.note})")
+            else:
+                lines.append(f"    {r.param:28s} {r.value:12.5g} +/- {r.stderr:10.3g}  [{r.lo:.4g}, {r.hi:.4g}]")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict:
+        return {"format": FORMAT, "version": VERSION, "params": self.params,
+                "table": json.loads(self.table.to_json(orient="records")), "stats": self.stats,
+                "ranges": self.ranges, "cpu_count": self.cpu_count, "transfer": self.transfer,
+                "jitter": list(map(float, self.jitter)), "environment": self.environment,
+                "sources": list(map(str, self.sources))}
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(json.dumps(self.to_json(), indent=1, default=float))
+        tmp.replace(path)
+        return path
+
+
+def load(path: str | Path) -> CostModel:
+    """A model saved by :meth:`CostModel.save`; a file of another format or version raises."""
+    path = Path(path)
+    if not path.is_file():
+        raise CostModelError(f"model file {str(path)!r}: not found; make one with "
+                             f"'python -m analysis costmodel fit RESULTS_DIR --out {path}'")
+    try:
+        obj = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CostModelError(f"model file {str(path)!r}: not JSON ({e}); refit it with "
+                             f"'python -m analysis costmodel fit RESULTS_DIR'") from None
+    if not isinstance(obj, dict) or obj.get("format") != FORMAT:
+        raise CostModelError(f"model file {str(path)!r}: not a cost model (format "
+                             f"{obj.get('format') if isinstance(obj, dict) else None!r}); make one with "
+                             f"'python -m analysis costmodel fit'")
+    if obj.get("version") != VERSION:
+        raise CostModelError(f"model file {str(path)!r}: version {obj.get('version')!r}, this code reads "
+                             f"version {VERSION}; refit it with 'python -m analysis costmodel fit RESULTS_DIR'")
+    return CostModel(params=obj["params"], table=pd.DataFrame(obj["table"]), stats=obj["stats"],
+                     ranges=obj["ranges"], cpu_count=int(obj["cpu_count"]), transfer=obj["transfer"],
+                     jitter=obj.get("jitter", []), environment=obj.get("environment", {}),
+                     sources=obj.get("sources", []))
+
+
+# ----------------------------------------------------------------------------- the equations
+
+def columns(kf: pd.DataFrame) -> SimpleNamespace:
+    """``kf``'s columns as numpy arrays, for the equations below inside a fit's residual: they read
+    ``kf.<column>`` either way, and a fit calls them thousands of times (pandas' column access
+    was a third of a calibration's time)."""
+    return SimpleNamespace(**{str(c): kf[c].to_numpy() for c in kf.columns})
+
+
+def step_time(p: dict, kf: pd.DataFrame, rates: np.ndarray | None = None) -> np.ndarray:
+    """Device-resident step seconds ``S`` per configuration (see the module docstring)."""
+    if rates is None:
+        rates = np.array([p[flop_rate_name(m, q)] for m, q in zip(kf.model, kf.precision)])
+    accum = np.asarray(kf.grad_accum_steps, float)
+    micro = np.asarray(kf.batch_size, float) / accum
+    loop = np.array([p.get(f"accum_loop_{m}", 1.0) for m in kf.model]) ** (accum > 1)
+    return (accum * loop * (p["step_overhead_s"] + micro * np.asarray(kf.flops_per_sample) / rates)
+            + p["update_s_per_param"] * np.asarray(kf.params))
+
+
+def sample_time(p: dict, kf: pd.DataFrame) -> np.ndarray:
+    """Uncontended loader CPU seconds per sample ``x``."""
+    px = np.asarray(kf.pixels) / REF_PIXELS
+    a = np.asarray(kf.augment_cost, float)
+    src = np.asarray(kf.source)
+    read = np.where(src == "memmap", p["read_memmap_s"], np.where(src == "arrayrecord", p["read_arrayrecord_s"], 0.0))
+    return p["sample_base_s"] + p["pixel_s"] * px + p["augment_pass_s"] * a * px + read
+
+
+def transfer_time(transfer: dict, kf: pd.DataFrame) -> np.ndarray:
+    """Host→device copy seconds per batch (float32 images after the transform)."""
+    nbytes = np.asarray(kf.batch_size, float) * np.asarray(kf.pixels) * 4.0
+    return transfer["alpha_s"] + nbytes / transfer["beta_Bps"]
+
+
+def cycle(p: dict, S: np.ndarray, L: np.ndarray, tr: np.ndarray, nw: np.ndarray, cores: float,
+          on_host: np.ndarray | bool = True) -> dict:
+    """Seconds per batch ``T`` and its parts, solved per configuration (numpy arrays).
+
+    Returns a dict: ``T`` (cycle), ``Sc`` (the step as slowed by the workers), ``rho`` (worker
+    activity), ``cpu`` (processor-sharing bound), ``workers`` (L / num_workers), ``main`` (the
+    main thread's step + overhead) and ``loader_main`` (the loader's share without workers).
+    """
+    o = p["batch_overhead_s"]
+    on_host = np.broadcast_to(np.asarray(on_host, bool), S.shape)
+    kappa = np.where(on_host, p["step_straggler"], 0.0)
+    nu = np.where(on_host, p["step_cores"], 0.0)
+    g = p["main_overlap_loss"]
+    k = np.maximum(nw, 1).astype(float)
+    workers = L / k
+    cpu = (L + nu * S + o + tr) / cores
+    # num_workers >= 1: T = max(S(1 + κ min(1, L/T)) + o, L/k, cpu). The right side does not grow
+    # with T, so the fixed point is unique and closed-form: t, the root of t = S + o + Sκ min(1, L/t)
+    # (S + o + Sκ when that is ≤ L, else the positive root of t² − (S + o)t − SκL), then the larger
+    # of t and the other two bounds. (It replaced a 60-step bisection that took 1 ms a call and most
+    # of a calibration's time.)
+    t_busy = S * (1 + kappa) + o
+    t_root = 0.5 * ((S + o) + np.sqrt((S + o) ** 2 + 4.0 * S * kappa * L))
+    T_par = np.maximum.reduce([np.where(t_busy <= L, t_busy, t_root), workers, cpu])
+    rho = np.minimum(1.0, L / T_par)
+    Sc = S * (1 + kappa * rho)
+    # num_workers == 0: the loader shares the main thread's interpreter lock
+    a, b = L + o, S
+    T_main = np.maximum(a + g * b, b + g * a)
+    par = nw >= 1
+    return {"T": np.where(par, T_par, T_main), "Sc": np.where(par, Sc, S), "rho": np.where(par, rho, 0.0),
+            "cpu": cpu, "workers": np.where(par, workers, 0.0), "main": np.where(par, Sc + o, b + g * a),
+            "loader_main": np.where(par, 0.0, a + g * b)}
+
+
+def bottleneck_name(parts: dict, nw: np.ndarray) -> np.ndarray:
+    """Which term sets each cycle: host CPU, loader workers, loader (main process), the step, or
+    the main thread's per-batch work when that outweighs the step."""
+    T = parts["T"]
+    step = np.where(parts["Sc"] >= parts["main"] - parts["Sc"], "step", "main-thread per-batch work")
+    out = np.where(nw >= 1,
+                   np.where(np.isclose(parts["cpu"], T, rtol=1e-6) & (parts["cpu"] >= parts["workers"]),
+                            "host CPU", np.where(parts["workers"] >= parts["main"], "loader workers", step)),
+                   np.where(parts["loader_main"] >= parts["main"], "loader (main process)", step))
+    return out.astype(object)
+
+
+# ------------------------------------------------------------------------------------ fitting
+
+def measured_configs(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per configuration of the ``ok`` rows: knobs, median/interval of samples/s and of the
+    step, stamped loader times (``stamped_s_per_sample``). Raises :class:`CostModelError` when the
+    rows lack what calibration needs. Rows that are already this function's output (or part of it:
+    they have ``repeats`` and ``stamped_s_per_sample``) come back as they are, so cross-validation
+    summarizes once, not per fold."""
+    from experiments.results import summarize
+    if {"repeats", "stamped_s_per_sample"} <= set(rows.columns):
+        return rows.reset_index(drop=True)
+    if "status" in rows:
+        rows = rows[rows["status"].astype(str) == "ok"]
+    need = ("config_id", "samples_per_s", "device_resident_samples_per_s", "batch_size")
+    missing = [c for c in need if c not in rows]
+    if missing:
+        raise CostModelError(f"rows: no column {missing[0]!r}; calibration needs a measured sweep's rows.csv "
+                             f"(run 'python -m experiments sweep' or 'python -m experiments study')")
+    if not len(rows):
+        raise CostModelError("rows: no ok rows to calibrate on; run 'python -m experiments sweep' first")
+    s = summarize(rows.reset_index(drop=True))
+    for c in ("samples_per_s", "device_resident_samples_per_s"):
+        v = pd.to_numeric(s[c], errors="coerce")
+        if not (np.isfinite(v) & (v > 0)).all():
+            i = int(np.argmax(~(np.isfinite(v) & (v > 0)).to_numpy()))
+            raise CostModelError(f"{c}={s[c].iloc[i]!r} in configuration {s.config_id.iloc[i]}: "
+                                 f"calibration needs a positive measured value; drop the row or re-measure it")
+    stamped = sum(pd.to_numeric(s[c], errors="coerce").fillna(0.0) for c in ("decode_s_per_sample", "augment_s_per_sample")
+                  if c in s) if any(c in s for c in ("decode_s_per_sample", "augment_s_per_sample")) else np.nan
+    s["stamped_s_per_sample"] = stamped
+    return s.reset_index(drop=True)
+
+
+def transfer_from_probes(probes: pd.DataFrame | None) -> dict:
+    """The host→device copy as α-β (``alpha_s``, ``beta_Bps``, ``source``): the ``h2d_pageable``
+    probe's fit (``analysis.links``), or this machine class's CPU copy rate when there is none."""
+    default = {"alpha_s": 5e-5, "beta_Bps": 1.6e9,
+               "source": "default (no h2d_pageable probe rows): 1.6 GB/s, 50 µs, the CPU copy rate of these machines"}
+    if probes is None or "probe" not in probes or not (probes["probe"] == "h2d_pageable").any():
+        return default
+    from analysis.links import fit_links
+    fits = fit_links(probes[probes["probe"] == "h2d_pageable"])  # fitted per probe: only this one is read
+    row = fits[fits["probe"] == "h2d_pageable"] if "probe" in fits else fits[fits.index == "h2d_pageable"]
+    if not len(row):
+        return default
+    r = row.iloc[0]
+    alpha = float(r.get("alpha_s", np.nan))
+    beta = float(r.get("beta_Bps", r.get("bandwidth_Bps", np.nan)))
+    if not (np.isfinite(alpha) and np.isfinite(beta) and beta > 0):
+        return default
+    return {"alpha_s": max(alpha, 0.0), "beta_Bps": beta, "source": "h2d_pageable probe fit (α-β)"}
+
+
+def _jitter(steps: pd.DataFrame | None, limit: int = 2000, seed: int = 0) -> list:
+    """Unit-mean device-resident step times pooled over configurations (each divided by its own mean)."""
+    if steps is None or not {"phase", "step_time_s", "config_id"} <= set(steps.columns):
+        return []
+    r = steps[(steps.phase == "resident") & ~steps.get("warmup", False).astype(bool)]
+    r = r[np.isfinite(pd.to_numeric(r.step_time_s, errors="coerce"))]
+    if not len(r):
+        return []
+    unit = r.step_time_s / r.groupby(["config_id", "repeat"] if "repeat" in r else ["config_id"]).step_time_s.transform("mean")
+    unit = unit.to_numpy()
+    if len(unit) > limit:
+        unit = np.random.default_rng(seed).choice(unit, limit, replace=False)
+    return [float(u) for u in unit]
+
+
+def _ranges(kf: pd.DataFrame) -> dict:
+    r = {k: [float(kf[k].min()), float(kf[k].max())] for k in NUMERIC_KNOBS}
+    r.update({k: sorted(map(str, kf[k].unique())) for k in CATEGORICAL_KNOBS})
+    r["cells"] = sorted({f"{m}/{q}" for m, q in zip(kf.model, kf.precision)})
+    return r
+
+
+def _lsq(residual, names: list, fixed: dict):
+    """Least squares in log-parameter space; returns (values, stderrs, result)."""
+    from scipy.optimize import least_squares
+    lo = np.log([_bounds(n)[0] for n in names])
+    hi = np.log([_bounds(n)[1] for n in names])
+    x0 = np.clip(np.log([_bounds(n)[2] for n in names]), lo + 1e-9, hi - 1e-9)
+
+    def fun(x):
+        return residual({**fixed, **dict(zip(names, np.exp(x)))})
+    res = least_squares(fun, x0, bounds=(lo, hi), method="trf", x_scale=1.0, max_nfev=4000)
+    vals = np.exp(res.x)
+    dof = max(len(res.fun) - len(names), 1)
+    s2 = float(res.fun @ res.fun) / dof
+    J = res.jac
+    free = ~(np.isclose(res.x, lo, atol=1e-6) | np.isclose(res.x, hi, atol=1e-6)) & (np.abs(J).sum(0) > 0)
+    se_log = np.full(len(names), np.nan)
+    if free.any():
+        cov = np.linalg.pinv(J[:, free].T @ J[:, free]) * s2
+        se_log[free] = np.sqrt(np.clip(np.diag(cov), 0, None))
+    return vals, se_log, res, free
+
+
+def _bounds(name: str) -> tuple[float, float, float]:
+    if name.startswith("accum_loop_"):
+        return (0.2, 100.0, 1.0)
+    return _BOUNDS["flop_rate"] if name.startswith("flop_rate_") else _BOUNDS[name]
+
+
+def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFrame | None = None,
+        step_probe: pd.DataFrame | None = None, sources: list | None = None,
+        transfer: dict | None = None) -> CostModel:
+    """Calibrates the cost model on measured sweep rows.
+
+    Args:
+        rows: tidy measured rows (``rows.csv`` of a sweep or study; one per configuration and
+            repeat). Only ``status == 'ok'`` rows are used; transformer rows are refused.
+        probes: raw probe rows (``probe/rows.csv``) for the host→device copy; optional.
+        steps: per-step times (``steps.csv``) for the simulator's step jitter; optional.
+        step_probe: more rows for the step fit alone: any sweep's ``rows.csv`` (only their
+            ``device_resident_samples_per_s`` and knobs are read), e.g. a cheap sweep over batch
+            and image sizes; ``costmodel fit`` reads them from ``step_probe/rows.csv`` beside the
+            rows. Optional.
+        sources: where the rows came from, recorded in the model.
+        transfer: the host→device copy as :func:`transfer_from_probes` returns it; given, ``probes``
+            is not read (cross-validation fits the probes once for every fold: that fit's
+            bootstrap is 2.5 of the 3.3 s of one calibration of the quick study).
+
+    Returns:
+        A :class:`CostModel`.
+
+    Raises:
+        CostModelError: rows without what calibration needs, or too few configurations.
+    """
+    meas = measured_configs(rows)
+    kf = knob_frame(meas)
+    n = len(kf)
+    if n < 4:
+        raise CostModelError(f"rows: {n} measured configuration(s); calibration needs at least 4 (the quick "
+                             f"study has 14: 'python -m experiments study --preset quick')")
+    cores = int(pd.to_numeric(meas.get("cpu_count", pd.Series([np.nan])), errors="coerce").dropna().mode().iloc[0]) \
+        if "cpu_count" in meas and meas["cpu_count"].notna().any() else None
+    if not cores:
+        raise CostModelError("rows: no cpu_count column; the rows must carry their environment (re-run the sweep)")
+    transfer = dict(transfer) if transfer is not None else transfer_from_probes(probes)
+    B = kf.batch_size.to_numpy(float)
+    T_meas = B / meas.samples_per_s.to_numpy(float)
+    S_meas = B / meas.device_resident_samples_per_s.to_numpy(float)
+    nw = kf.num_workers.to_numpy()
+    # 1. the step, on device-resident times
+    skf, s_meas = kf, S_meas
+    if step_probe is not None and len(step_probe):
+        sp = step_probe[step_probe["status"].astype(str) == "ok"] if "status" in step_probe else step_probe
+        sp = sp[sp.get("model", pd.Series(dtype=str)).isin(FAMILIES)]
+        if len(sp):
+            if "device_resident_samples_per_s" not in sp:
+                raise CostModelError("step probe rows: no column 'device_resident_samples_per_s'; "
+                                     "use a sweep's rows.csv (python -m experiments sweep)")
+            pk = knob_frame(sp.reset_index(drop=True))
+            skf = pd.concat([kf, pk], ignore_index=True)
+            s_meas = np.concatenate([S_meas, pk.batch_size.to_numpy(float)
+                                     / sp.device_resident_samples_per_s.to_numpy(float)])
+    cells = sorted({(m, q) for m, q in zip(skf.model, skf.precision)})
+    step_names = list(STEP_FIXED) + [flop_rate_name(m, q) for m, q in cells]
+    step_names += [f"accum_loop_{m}" for m in FAMILIES
+                   if ((skf.model == m) & (skf.grad_accum_steps > 1)).any() and ((skf.model == m) & (skf.grad_accum_steps == 1)).any()]
+    scols = columns(skf)
+    sv, sse, sres, sfree = _lsq(lambda p: np.log(step_time(p, scols) / s_meas), step_names, {})
+    p = dict(zip(step_names, sv))
+    # 2. loader and contention, on samples/s (and uncontended stamped loader times)
+    tr = transfer_time(transfer, kf)
+    stamped = meas.stamped_s_per_sample.to_numpy(float) if "stamped_s_per_sample" in meas else np.full(n, np.nan)
+    use_stamp = (nw == 0) & np.isfinite(stamped) & (stamped > 0)
+    names = list(LOADER_PARAMS)
+    fixed = {}
+    notes = {}
+    for src in ("memmap", "arrayrecord"):
+        if not (kf.source == src).any():
+            fixed[f"read_{src}_s"] = 0.0
+            notes[f"read_{src}_s"] = f"no {src} rows"
+    if not (nw == 0).any():
+        fixed["main_overlap_loss"] = 1.0
+        notes["main_overlap_loss"] = "no num_workers=0 rows; assumed in series"
+    if not (nw >= 1).any():
+        fixed.update(step_straggler=0.0, step_cores=1.0)
+        notes.update(step_straggler="no num_workers>=1 rows", step_cores="no num_workers>=1 rows")
+    names = [k for k in names if k not in fixed]
+
+    cols = columns(kf)
+
+    def resid(q):
+        q = {**p, **q}
+        L = B * sample_time(q, cols)
+        T = cycle(q, S_meas, L, tr, nw, cores)["T"]
+        r = [np.log(T / T_meas)]
+        if use_stamp.any():
+            r.append(0.5 * np.log(sample_time(q, kf)[use_stamp] / stamped[use_stamp]))
+        return np.concatenate(r)
+    lv, lse, lres, lfree = _lsq(resid, names, fixed)
+    p.update(fixed)
+    p.update(dict(zip(names, lv)))
+    # the table, lmfit-style
+    recs = []
+    for nm, v, se, fr in list(zip(step_names, sv, sse, sfree)) + list(zip(names, lv, lse, lfree)):
+        ok = bool(np.isfinite(se)) and se < 10  # beyond e^±20 the rows do not identify it
+        note = "" if ok else ("at a bound of its range" if not fr else "not identified by these rows")
+        recs.append({"param": nm, "value": float(v), "stderr": float(v * se) if ok else math.nan,
+                     "lo": float(v * math.exp(-Z95 * se)) if ok else math.nan,
+                     "hi": float(v * math.exp(Z95 * se)) if ok else math.nan,
+                     "fixed": False, "note": note,
+                     "description": DESCRIPTION.get(nm, _describe(nm))})
+    for nm, v in fixed.items():
+        recs.append({"param": nm, "value": float(v), "stderr": math.nan, "lo": math.nan, "hi": math.nan,
+                     "fixed": True, "note": notes[nm], "description": DESCRIPTION[nm]})
+    table = pd.DataFrame(recs)
+    T_fit = cycle(p, step_time(p, kf), B * sample_time(p, kf), tr, nw, cores)["T"]
+    y, yhat = np.log(B / T_meas), np.log(B / T_fit)
+    ss_tot = float(((y - y.mean()) ** 2).sum())
+    stats = {"n_configs": n, "n_residuals": int(len(lres.fun) + len(sres.fun)),
+             "n_free": int(len(step_names) + len(names)),
+             "rms_log_residual": float(np.sqrt(np.mean(np.concatenate([lres.fun, sres.fun]) ** 2))),
+             "r2_log_samples_per_s": float(1 - ((y - yhat) ** 2).sum() / ss_tot) if ss_tot > 0 else math.nan,
+             "median_abs_rel_error": float(np.median(np.abs(T_meas / T_fit - 1))),
+             "step_rms_log_residual": float(np.sqrt(np.mean(sres.fun ** 2)))}
+    env = {k: str(meas[k].iloc[0]) for k in ("platform", "device_kind", "jax_version", "grain_version", "git_commit")
+           if k in meas}
+    ranges = _ranges(kf)
+    ranges["cells"] = sorted({f"{m}/{q}" for m, q in cells})
+    return CostModel(params={k: float(v) for k, v in p.items()}, table=table, stats=stats, ranges=ranges,
+                     cpu_count=cores, transfer=transfer, jitter=_jitter(steps), environment=env,
+                     sources=list(sources or []))
+
+
+# --------------------------------------------------------------------------------- prediction
+
+#: datasheet compute rates of the accelerators ``whatif --set hierarchy=...`` knows (dense FLOP/s)
+DEVICE_FLOPS = {
+    "h100_sxm": {"fp32": 67e12, "bf16": 989e12, "source": "NVIDIA H100 SXM5 datasheet (dense)"},
+    "h200": {"fp32": 67e12, "bf16": 989e12, "source": "NVIDIA H200 datasheet (dense; same GH100 compute)"},
+}
+#: assumed, not measured: the share of datasheet FLOP/s a small model reaches, and the launch
+#: cost per micro-batch on a GPU
+DEVICE_EFFICIENCY = 0.3
+DEVICE_STEP_OVERHEAD_S = 1e-4
+
+
+def _device_rates(hierarchy: str, kf: pd.DataFrame) -> np.ndarray:
+    spec = DEVICE_FLOPS[hierarchy]
+    return np.array([spec[q] * DEVICE_EFFICIENCY for q in kf.precision])
+
+
+def extrapolation(model: CostModel, kf: pd.DataFrame) -> list[str]:
+    """Per configuration, why it lies outside the calibrated range ('' when inside)."""
+    r = model.ranges
+    out = []
+    for i in range(len(kf)):
+        why = []
+        for k in NUMERIC_KNOBS:
+            lo, hi = r[k]
+            v = float(kf[k].iloc[i])
+            if v < lo - 1e-9 or v > hi + 1e-9:
+                why.append(f"{k}={v:g} outside [{lo:g}, {hi:g}]")
+        for k in CATEGORICAL_KNOBS:
+            if str(kf[k].iloc[i]) not in r[k]:
+                why.append(f"{k}={kf[k].iloc[i]} not measured")
+        cell = f"{kf.model.iloc[i]}/{kf.precision.iloc[i]}"
+        if cell not in r["cells"] and f"model={kf.model.iloc[i]} not measured" not in why:
+            why.append(f"no measured step of {cell}")
+        out.append("; ".join(why))
+    return out
+
+
+def _rates_for(model: CostModel, kf: pd.DataFrame) -> np.ndarray:
+    """FLOP rate per configuration; an unmeasured family/precision cell borrows the nearest one
+    (same family, other precision, times the other family's measured precision ratio)."""
+    p = model.params
+    out = []
+    for m, q in zip(kf.model, kf.precision):
+        name = flop_rate_name(m, q)
+        if name in p:
+            out.append(p[name])
+            continue
+        other_q = "fp32" if q == "bf16" else "bf16"
+        same = p.get(flop_rate_name(m, other_q))
+        ratios = [p[flop_rate_name(f, q)] / p[flop_rate_name(f, other_q)] for f in FAMILIES
+                  if flop_rate_name(f, q) in p and flop_rate_name(f, other_q) in p]
+        if same is not None:
+            out.append(same * (ratios[0] if ratios else 1.0))
+        else:
+            known = [v for k, v in p.items() if k.startswith("flop_rate_")]
+            out.append(float(np.exp(np.mean(np.log(known)))))
+    return np.asarray(out, float)
+
+
+def components(model: CostModel, configs: pd.DataFrame, hierarchy: str | None = None,
+               cpu_count: int | None = None) -> pd.DataFrame:
+    """Per configuration: the equations' terms and the deterministic cycle (no simulation).
+
+    Columns: the knobs, ``step_s`` (S), ``step_contended_s``, ``loader_s_per_batch`` (L),
+    ``transfer_s``, ``overhead_s``, ``cycle_s`` (T), ``bound_samples_per_s`` (B / T), ``cpu_bound_s``,
+    ``bottleneck``, ``extrapolated`` (reason or '').
+    """
+    kf = knob_frame(configs)
+    p = model.params
+    cores = int(cpu_count or model.cpu_count)
+    if cores < 1:
+        raise CostModelError(f"cpu_count={cpu_count!r}: must be a positive number of host cores")
+    transfer = dict(model.transfer)
+    if hierarchy is not None:
+        from memsim.machines import PRESETS
+        if hierarchy not in DEVICE_FLOPS:
+            raise CostModelError(f"hierarchy={hierarchy!r}: choose one of {', '.join(DEVICE_FLOPS)} "
+                                 f"(memsim.machines presets with a datasheet compute rate)")
+        link = PRESETS[hierarchy]().link("ram", "hbm")
+        transfer = {"alpha_s": link.latency_s, "beta_Bps": link.bandwidth_Bps,
+                    "source": f"{hierarchy} ram->hbm link (memsim.machines)"}
+        q = {**p, "step_overhead_s": DEVICE_STEP_OVERHEAD_S, "update_s_per_param": 0.0}
+        S = step_time(q, kf, _device_rates(hierarchy, kf))
+        on_host = False
+    else:
+        S = step_time(p, kf, _rates_for(model, kf))
+        on_host = True
+    B = kf.batch_size.to_numpy(float)
+    L = B * sample_time(p, kf)
+    tr = transfer_time(transfer, kf)
+    nw = kf.num_workers.to_numpy()
+    parts = cycle(p, S, L, tr, nw, cores, on_host)
+    ext = extrapolation(model, kf)
+    if hierarchy is not None:
+        ext = [("; ".join(filter(None, [e, f"hierarchy={hierarchy}: step from datasheet FLOP/s × "
+                                           f"{DEVICE_EFFICIENCY} (assumed), not measured"])))
+               for e in ext]
+    if cpu_count is not None and cores != model.cpu_count:
+        ext = ["; ".join(filter(None, [e, f"cpu_count={cores}: calibrated on {model.cpu_count}"])) for e in ext]
+    out = kf.reset_index(drop=True).copy()
+    out["step_s"] = S
+    out["step_contended_s"] = parts["Sc"]
+    out["loader_s_per_batch"] = L
+    out["transfer_s"] = tr
+    out["overhead_s"] = p["batch_overhead_s"]
+    out["worker_activity"] = parts["rho"]
+    out["cpu_bound_s"] = parts["cpu"]
+    out["cycle_s"] = parts["T"]
+    out["main_thread_s"] = parts["main"]
+    out["loader_main_s"] = parts["loader_main"]
+    out["workers_s"] = parts["workers"]
+    out["bound_samples_per_s"] = B / parts["T"]
+    out["bottleneck"] = bottleneck_name(parts, nw)
+    out["extrapolated"] = ext
+    return out
+
+
+def input_bound_grade(stall_frac) -> np.ndarray:
+    """A profiler's grade of the share of step time spent waiting for input.
+
+    >>> input_bound_grade([0.01, 0.1, 0.5]).tolist()
+    ['not input-bound', 'moderately input-bound', 'highly input-bound']
+    """
+    s = np.asarray(stall_frac, float)
+    return np.where(s < 0.05, "not input-bound", np.where(s < 0.20, "moderately input-bound",
+                                                          "highly input-bound")).astype(object)
+
+
+def _stage_to_fix(bottleneck: str, nw: int) -> str:
+    return {"host CPU": "host CPU: fewer processes per core, a lighter transform, or more cores",
+            "loader workers": "loader: more workers (cores permitting) or a cheaper transform",
+            "loader (main process)": "loader: use worker processes (num_workers ≥ 1)",
+            "step": "the step itself (input keeps up)",
+            "main-thread per-batch work": "main thread: fewer, larger batches or a lighter per-batch path"}.get(bottleneck, bottleneck)
+
+
+def predict(model: CostModel, configs: pd.DataFrame, *, hierarchy: str | None = None,
+            cpu_count: int | None = None, n_items: int = 400, seed: int = 0) -> pd.DataFrame:
+    """Predicted samples/s of each configuration, through the vmapped pipeline simulator.
+
+    Args:
+        model: a fitted :class:`CostModel`.
+        configs: one configuration per row with the knob columns (a measured ``rows.csv`` works:
+            its other columns are ignored). Missing knobs take the defaults in
+            :data:`analysis.costmodel.features.KNOB_DEFAULTS`.
+        hierarchy: simulate the step on an accelerator of ``memsim.machines`` (``h100_sxm``, ``h200``)
+            instead of the measured host's CPU; flagged as extrapolation.
+        cpu_count: host cores (default: the measured machine's).
+        n_items: batches simulated per configuration.
+        seed: the simulator's seed.
+
+    Returns:
+        One row per input row, in order: the knobs, ``samples_per_s`` (simulated, with the measured
+        step jitter), ``bound_samples_per_s`` (the deterministic cycle), ``stall_frac`` (share of
+        the step's cycle spent waiting for input), ``input_bound``, ``bottleneck``,
+        ``stage_to_fix``, ``extrapolated`` and the equations' terms (see :func:`components`).
+    """
+    from memsim.distributions import Dist
+    from memsim.pipeline import sweep
+    comp = components(model, configs, hierarchy=hierarchy, cpu_count=cpu_count)
+    nw = comp.num_workers.to_numpy()
+    main = comp.main_thread_s.to_numpy()
+    # stage times per batch as the simulator takes them: workers (transform), main thread
+    # (compute), copy (transfer); the cycle's processor-sharing factor slows all stages alike
+    loader = np.where(nw >= 1, comp.loader_s_per_batch.to_numpy(), comp.loader_main_s.to_numpy())
+    tr = comp.transfer_s.to_numpy()
+    feed_none = comp.feed.to_numpy() == "none"
+    stage_max = np.maximum.reduce([loader / np.maximum(nw, 1), main + np.where(feed_none, tr, 0.0), tr])
+    share = np.maximum(1.0, comp.cycle_s.to_numpy() / stage_max)
+    B = comp.batch_size.to_numpy(float)
+    accum = comp.grad_accum_steps.to_numpy(float)
+    compute_dist = Dist.empirical(model.jitter) if len(model.jitter) >= 10 else Dist("lognormal", cv=0.05)
+    grid = pd.DataFrame({
+        "num_workers": nw, "per_worker_buffer_size": comp.per_worker_buffer_size.to_numpy(),
+        "prefetch_buffer_size": comp.prefetch_buffer_size.to_numpy(), "feed": comp.feed.to_numpy(),
+        "cpu_buffer_size": comp.cpu_buffer_size.to_numpy(), "device_buffer_size": comp.device_buffer_size.to_numpy(),
+        "batch_size": B.astype(int), "grad_accum_steps": accum.astype(int), "precision": comp.precision.to_numpy(),
+        "record_bytes": 0.0, "transform_s": loader * share / B, "transform_dist": "lognormal:0.1",
+        "device_sample_bytes": 0.0, "transfer_latency_s": tr * share, "transfer_dist": "deterministic",
+        "compute_s": main * share / accum, "compute_dist": [compute_dist] * len(comp),
+        "bf16_speedup": 1.0, "update_s": 0.0,
+    })
+    sim = sweep(grid, n_items=n_items, seed=seed)
+    out = comp.copy()
+    out["samples_per_s"] = sim["samples_per_s"].to_numpy()
+    out["samples_per_s_stderr"] = sim["samples_per_s_stderr"].to_numpy()
+    T = B / out["samples_per_s"].to_numpy()
+    busy = comp.step_contended_s.to_numpy()
+    out["stall_frac"] = np.clip(1 - busy / T, 0.0, 1.0)
+    out["input_bound"] = input_bound_grade(out["stall_frac"])
+    out["stage_to_fix"] = [_stage_to_fix(b, n) for b, n in zip(out.bottleneck, nw)]
+    return out

@@ -1,0 +1,169 @@
+"""The cost model: its FLOP count pinned to XLA's, recovery of known parameters, held-out
+prediction, the model file and the command line."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis import costmodel
+from analysis.costmodel import features
+from analysis.costmodel.model import VERSION, components
+
+ROOT = Path(__file__).resolve().parents[2]
+STUDY = ROOT / "results" / "cpu-2core" / "study"
+
+TRUE = {"step_overhead_s": 1e-3, "update_s_per_param": 1e-9, "flop_rate_mlp_fp32": 8e10,
+        "flop_rate_mlp_bf16": 3e10, "flop_rate_cnn_fp32": 3e10, "flop_rate_cnn_bf16": 5e9,
+        "sample_base_s": 2e-4, "pixel_s": 3e-5, "augment_pass_s": 6e-5, "read_memmap_s": 2e-5,
+        "read_arrayrecord_s": 6e-5, "batch_overhead_s": 4e-3, "main_overlap_loss": 0.2,
+        "step_straggler": 0.8, "step_cores": 1.3}
+
+
+def synthetic_rows(n: int = 24, seed: int = 0, noise: float = 0.0) -> pd.DataFrame:
+    """Rows whose samples/s are the model's own cycle at TRUE (two repeats each)."""
+    rng = np.random.default_rng(seed)
+    cfg = pd.DataFrame({
+        "model": rng.choice(["mlp", "cnn"], n), "precision": rng.choice(["fp32", "bf16"], n),
+        "batch_size": rng.choice([32, 64, 128], n), "image_size": rng.choice([16, 32, 48], n),
+        "augment_cost": rng.choice([0, 2, 4], n), "source": rng.choice(["ram", "memmap", "arrayrecord"], n),
+        "num_workers": rng.choice([0, 1, 2], n), "feed": rng.choice(["none", "double_buffer"], n),
+        "grad_accum_steps": 1, "prefetch_buffer_size": 2})
+    cfg["width"] = np.where(cfg.model == "cnn", 16, 512)
+    cfg["depth"] = np.where(cfg.model == "cnn", 3, 2)
+    model = costmodel.CostModel(params=TRUE, table=pd.DataFrame(), stats={}, ranges={}, cpu_count=2,
+                                transfer={"alpha_s": 5e-5, "beta_Bps": 1.6e9})
+    model.ranges = {**{k: [0, 1e9] for k in features.NUMERIC_KNOBS},
+                    **{k: ["mlp", "cnn", "ram", "memmap", "arrayrecord", "fp32", "bf16", "none", "double_buffer"]
+                       for k in features.CATEGORICAL_KNOBS}, "cells": ["mlp/fp32", "mlp/bf16", "cnn/fp32", "cnn/bf16"]}
+    comp = components(model, cfg)
+    rows = []
+    for rep in range(2):
+        jit = np.exp(rng.normal(0, noise, n)) if noise else np.ones(n)
+        d = cfg.copy()
+        d["config_id"] = [f"c{i}" for i in range(n)]
+        d["repeat"] = rep
+        d["status"] = "ok"
+        d["cpu_count"] = 2
+        d["samples_per_s"] = comp.bound_samples_per_s.to_numpy() * jit
+        d["device_resident_samples_per_s"] = d.batch_size / comp.step_s.to_numpy()
+        rows.append(d)
+    return pd.concat(rows, ignore_index=True)
+
+
+def test_flop_count_is_pinned_to_xla():
+    rows = pd.read_csv(STUDY / "rows.csv").drop_duplicates("config_id")
+    rows = rows[rows.grad_accum_steps == 1]
+    kf = features.knob_frame(rows)
+    ratio = rows.xla_flops_per_step.to_numpy() / (kf.flops_per_sample * kf.batch_size).to_numpy()
+    mlp = (kf.model == "mlp").to_numpy()
+    assert mlp.any() and (~mlp).any()
+    assert np.all(np.abs(ratio[mlp] - 1) < 0.15), ratio[mlp]
+    assert np.all(np.abs(ratio[~mlp] - 1) < 0.3), ratio[~mlp]
+    assert np.array_equal(kf.params.to_numpy(), rows.params.to_numpy())
+
+
+def test_fit_recovers_the_parameters_that_made_the_rows():
+    model = costmodel.fit(synthetic_rows())
+    for k in ("sample_base_s", "augment_pass_s", "batch_overhead_s", "flop_rate_mlp_fp32", "flop_rate_cnn_bf16"):
+        assert model.params[k] == pytest.approx(TRUE[k], rel=0.05), k
+    assert model.stats["median_abs_rel_error"] < 1e-3
+    t = model.table.set_index("param")
+    assert {"value", "stderr", "lo", "hi"} <= set(t.columns)
+    assert t.loc["sample_base_s", "lo"] <= t.loc["sample_base_s", "value"] <= t.loc["sample_base_s", "hi"]
+
+
+def test_cycle_solves_its_fixed_point():
+    """T = max(S(1 + κ min(1, L/T)) + o, L/num_workers, (L + νS + o + tr)/cores) holds at the
+    returned T, over random terms that put each of the three bounds in charge somewhere."""
+    from analysis.costmodel.model import cycle
+    rng = np.random.default_rng(3)
+    n = 400
+    S, L, tr = (np.exp(rng.uniform(-9, -2, n)) for _ in range(3))
+    nw = rng.integers(1, 9, n)
+    p = {"batch_overhead_s": 1e-3, "step_straggler": 0.8, "main_overlap_loss": 0.2, "step_cores": 1.3}
+    parts = cycle(p, S, L, tr, nw, 4)
+    T = parts["T"]
+    o, k, nu = p["batch_overhead_s"], p["step_straggler"], p["step_cores"]
+    step = S * (1 + k * np.minimum(1.0, L / T)) + o
+    rhs = np.maximum.reduce([step, L / nw, (L + nu * S + o + tr) / 4])
+    np.testing.assert_allclose(T, rhs, rtol=1e-12)
+    which = np.argmax([step, L / nw, (L + nu * S + o + tr) / 4], axis=0)
+    assert set(which) == {0, 1, 2}
+    assert ((L / T < 1) & (which == 0)).any() and ((L / T >= 1) & (which == 0)).any()  # both branches of the root
+    np.testing.assert_allclose(parts["Sc"], S * (1 + k * np.minimum(1.0, L / T)), rtol=1e-12)
+
+
+def test_held_out_predictions_of_noisy_rows_are_within_their_noise():
+    rows = synthetic_rows(noise=0.02, seed=1)
+    cmp = costmodel.cross_validate(rows, kind="kfold", folds=4)
+    s = costmodel.summary(cmp)
+    assert s["n"] == 24 and s["median_abs_rel_error"] < 0.05 and s["kendall_tau"] > 0.9, s
+    lokvo = costmodel.cross_validate(rows, kind="lokvo", knobs=("num_workers",))
+    assert set(lokvo.fold) == {"num_workers=0", "num_workers=1", "num_workers=2"}
+
+
+def test_study_fit_predicts_through_the_simulator_and_saves(tmp_path):
+    rows = pd.read_csv(STUDY / "rows.csv")
+    model = costmodel.fit(rows, pd.read_csv(STUDY / "probe" / "rows.csv"))
+    assert model.transfer["source"].startswith("h2d_pageable")
+    assert model.stats["median_abs_rel_error"] < 0.1
+    path = model.save(tmp_path / "m.json")
+    again = costmodel.load(path)
+    meas = rows.drop_duplicates("config_id")
+    pred = costmodel.predict(again, meas)
+    assert len(pred) == len(meas) and (pred.samples_per_s > 0).all()
+    # the simulator and the deterministic cycle agree where the jitter is small
+    assert np.median(np.abs(pred.samples_per_s / pred.bound_samples_per_s - 1)) < 0.05
+    assert set(pred.input_bound) <= {"not input-bound", "moderately input-bound", "highly input-bound"}
+    obj = json.loads(path.read_text())
+    obj["version"] = VERSION + 1
+    path.write_text(json.dumps(obj))
+    with pytest.raises(costmodel.CostModelError, match="version"):
+        costmodel.load(path)
+
+
+def test_bad_input_is_one_line_and_names_the_value():
+    rows = pd.read_csv(STUDY / "rows.csv").drop(columns=["device_resident_samples_per_s"])
+    with pytest.raises(costmodel.CostModelError, match="device_resident_samples_per_s"):
+        costmodel.fit(rows)
+    with pytest.raises(costmodel.CostModelError, match="transformer"):
+        features.knob_frame(pd.DataFrame({"model": ["transformer"]}))
+    with pytest.raises(costmodel.CostModelError, match="grad_accum_steps=3"):
+        features.knob_frame(pd.DataFrame({"batch_size": [64], "grad_accum_steps": [3]}))
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "analysis", *map(str, args)], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300)
+
+
+def _main(capsys, *args):
+    """``python -m analysis ARGS`` in this process (its imports paid once): (status, stdout, stderr)."""
+    from analysis.__main__ import main
+    rc = main([str(a) for a in args])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_command_line_fit_compare_whatif(tmp_path, capsys):
+    m = tmp_path / "m.json"
+    rc, _, err = _main(capsys, "costmodel", "fit", STUDY, "--out", m)
+    assert rc == 0 and m.is_file(), err
+    rc, out, err = _main(capsys, "costmodel", "compare", m, STUDY, "--json")
+    assert rc == 0, err
+    s = json.loads(out.strip().splitlines()[-1])
+    assert {"median_abs_rel_error", "max_abs_rel_error", "kendall_tau", "n"} <= set(s) and s["n"] == 14
+    rc, out, err = _main(capsys, "whatif", m, "--set", "hierarchy=h100_sxm", "--json")
+    assert rc == 0, err
+    w = json.loads(out.strip().splitlines()[-1])
+    assert w["bottleneck"] and "h100_sxm" in w["extrapolated"]
+    rc, _, err = _main(capsys, "costmodel", "predict", m, "--grid", "num_workers=0,2", "colour=red")
+    assert rc == 2 and "colour" in err and len(err.strip().splitlines()) == 1
+    # the real entry point: a bad folder is one line on stderr and exit status 2
+    r = _cli("costmodel", "cv", tmp_path)
+    assert r.returncode == 2 and "rows.csv" in r.stderr and len(r.stderr.strip().splitlines()) == 1
