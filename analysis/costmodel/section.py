@@ -83,7 +83,9 @@ _LAST: list = [None, None]
 
 def _calibration(study) -> dict:
     """``{"meas", "model", "cmp", "folds"}`` of ``study`` (fitted once per loaded study), or
-    ``{"error": message}`` when it cannot be calibrated."""
+    ``{"message": why not}`` when it has no rows or cannot be calibrated."""
+    if study.runs is None or not len(study.runs):
+        return {"message": "No measured rows: nothing to calibrate on."}
     if _LAST[0] is study.runs:
         return _LAST[1]
     rows, probes, steps = _inputs(study)
@@ -95,7 +97,7 @@ def _calibration(study) -> dict:
         cmp = cross_validate(rows, kind="kfold", folds=folds, steps=steps, transfer=transfer)
         out = {"meas": meas, "model": model, "cmp": cmp, "folds": folds}
     except CostModelError as e:
-        out = {"error": str(e)}
+        out = {"message": f"The cost model could not be calibrated on this study: {e}"}
     _LAST[:] = [study.runs, out]
     return out
 
@@ -103,8 +105,6 @@ def _calibration(study) -> dict:
 def calibrated_model(study):
     """The cost model calibrated on all of ``study``'s measured rows (the one "Predicted vs measured"
     prints), or None when the study cannot be calibrated."""
-    if study.runs is None or not len(study.runs):
-        return None
     return _calibration(study).get("model")
 
 
@@ -114,11 +114,9 @@ def _label(r) -> str:
 
 def predicted_section(study) -> str:
     lines = ["## Predicted vs measured", ""]
-    if study.runs is None or not len(study.runs):
-        return "\n".join(lines + ["No measured rows: nothing to calibrate on."])
     c = _calibration(study)
-    if "error" in c:
-        return "\n".join(lines + [f"The cost model could not be calibrated on this study: {c['error']}"])
+    if "message" in c:
+        return "\n".join(lines + [c["message"]])
     meas, model, cmp, folds = c["meas"], c["model"], c["cmp"], c["folds"]
     s = summary(cmp)
     goal = s["median_abs_rel_error"] <= 0.05 and s["max_abs_rel_error"] <= 0.15 and s["kendall_tau"] >= 0.8
@@ -157,11 +155,9 @@ def predicted_section(study) -> str:
 
 def whatif_section(study) -> str:
     lines = ["## What if", ""]
-    if study.runs is None or not len(study.runs):
-        return "\n".join(lines + ["No measured rows: nothing to calibrate on."])
     c = _calibration(study)
-    if "error" in c:
-        return "\n".join(lines + [f"The cost model could not be calibrated on this study: {c['error']}"])
+    if "message" in c:
+        return "\n".join(lines + [c["message"]])
     meas, model = c["meas"], c["model"]
     base = meas.sort_values("samples_per_s", ascending=False).head(1).reset_index(drop=True)
     cases = [({"num_workers": n}, None, None) for n in (0, 1, 2, 4)]
