@@ -226,6 +226,16 @@ def _rules_main(cfg, preset, run_id=None, results_root=None):
     return rules.main(cfg, preset, run_id=run_id, results_root=results_root)
 
 
+def _components_presets():
+    from experiments import components
+    return components.PRESETS
+
+
+def _components_main(cfg, preset, run_id=None, results_root=None):
+    from experiments import components
+    return components.main(cfg, preset, run_id=run_id, results_root=results_root)
+
+
 def _env_presets():
     from experiments import envcheck
     return envcheck.PRESETS
@@ -254,6 +264,9 @@ EXPERIMENTS: dict[str, Experiment] = {
                         "gradient accumulation, tiers, mmap, device_put copies, input-bound steps) tested on this "
                         "machine; verdicts by 'python -m analysis rules DIR'",
                         _Lazy(_rules_presets), "quick", _rules_main),
+    "components": Experiment("the cost model's parts over many shapes: the training step alone (on a batch already "
+                             "on the device) and the loader alone, resumable; 'costmodel fit' reads them",
+                             _Lazy(_components_presets), "quick", _components_main),
     "study": Experiment("the main job: the quick sweep plus a readable report with figures",
                         _Lazy(_study_presets), "quick", _study_main, _SWEEP_OPTIONS, _SWEEP_HELP),
     "env": Experiment("check this environment: platform, devices, memory kinds, package versions against the "

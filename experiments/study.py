@@ -1,8 +1,9 @@
-"""The study (``make demo``): the quick sweep, the hierarchy probes, the scaling run and the
-memory footprints, written into one results folder; then ``report.md`` from that folder.
+"""The study (``make demo``): the quick sweep, the hierarchy probes, the component probes, the
+scaling run and the memory footprints, written into one results folder; then ``report.md`` from
+that folder.
 
-The study only measures and writes: rows (``rows.csv``, ``probe/``, ``scaling/``, ``memory.csv``,
-``rules/``)
+The study only measures and writes: rows (``rows.csv``, ``probe/``, ``step_probe/``,
+``loader_probe/``, ``scaling/``, ``memory.csv``, ``rules/``)
 and ``study.json`` (preset, environment, seconds per stage, the error of each stage that failed).
 Its one call into analysis is ``analysis.report.build_report(folder)``, the same function as
 ``python -m analysis report FOLDER``, so a report can be rebuilt without measuring again. A stage
@@ -33,6 +34,9 @@ class StudyConfig(SweepConfig):
     # the rules of thumb ("Rules of thumb" section): 'study' reuses the sweep's and probes' rows and
     # measures only the cheap parts (experiments.rules.study, about 20 s); 'none' skips them
     rules_preset: Literal["none", "study"] = "study"
+    # the component probes (experiments.components: the step alone and the loader alone over the
+    # sweep's levels, for the cost model's calibration); 'none' skips them
+    components_preset: Literal["none", "study"] = "study"
 
 
 def _study(sweep_cfg: SweepConfig, **kw) -> StudyConfig:
@@ -64,6 +68,20 @@ def run_probes(cfg: StudyConfig, out: Path):
     d.mkdir(parents=True, exist_ok=True)
     probes.write_config(d, probe_cfg, cfg.probe_preset)
     return probes.run(probe_cfg, out_dir=d)
+
+
+def run_components(cfg: StudyConfig, out: Path):
+    """The component probes of the study's sweep into ``out/step_probe`` and ``out/loader_probe``
+    (resumable): the parts the cost model composes, over more shapes than the sweep runs."""
+    if cfg.components_preset == "none":
+        return None
+    from experiments import components
+    print("component probes (the step alone, the loader alone) …", flush=True)
+    res = components.run(components.for_sweep(cfg), out, progress=False)
+    if res["failed"]:
+        raise RuntimeError(f"{res['failed']} component probe shape(s) failed; see step_probe/rows.csv and "
+                           f"loader_probe/rows.csv")
+    return res
 
 
 def run_scaling(cfg: StudyConfig, out: Path):
@@ -126,6 +144,8 @@ def main(cfg: StudyConfig, preset: str, run_id: str | None = None, results_root:
             t = time.perf_counter()
             _stage(errors, "probes", run_probes, cfg, out)
             stage_s["probes"], t = time.perf_counter() - t, time.perf_counter()
+            _stage(errors, "components", run_components, cfg, out)
+            stage_s["components"], t = time.perf_counter() - t, time.perf_counter()
             _stage(errors, "scaling", run_scaling, cfg, out)
             stage_s["scaling"], t = time.perf_counter() - t, time.perf_counter()
             _stage(errors, "rules", run_rules, cfg, out)

@@ -21,14 +21,16 @@ WHATIF_HELP = "predict a configuration with knobs changed, beside its calibrated
 
 
 def read_dir(path: str) -> dict:
-    """The frames a results folder holds for calibration: rows, probes, steps, step probe."""
+    """The frames a results folder holds for calibration: rows, probes, steps, and the component
+    probes (step and loader) a study writes beside them."""
     from experiments.results import read_csv_rows
     d = Path(path)
     if not (d / "rows.csv").is_file():
         raise CostModelError(f"results folder {path!r}: no rows.csv; give a folder a sweep or study wrote "
                              f"(python -m experiments study --preset quick)")
     out = {"rows": read_csv_rows(d / "rows.csv")}
-    for key, rel in (("probes", "probe/rows.csv"), ("steps", "steps.csv"), ("step_probe", "step_probe/rows.csv")):
+    for key, rel in (("probes", "probe/rows.csv"), ("steps", "steps.csv"), ("step_probe", "step_probe/rows.csv"),
+                     ("loader_probe", "loader_probe/rows.csv")):
         out[key] = read_csv_rows(d / rel) if (d / rel).is_file() else None
     return out
 
@@ -36,7 +38,7 @@ def read_dir(path: str) -> dict:
 def read_dirs(paths: list[str]) -> dict:
     parts = [read_dir(p) for p in paths]
     out = {}
-    for key in ("rows", "probes", "steps", "step_probe"):
+    for key in ("rows", "probes", "steps", "step_probe", "loader_probe"):
         frames = [p[key] for p in parts if p[key] is not None]
         out[key] = pd.concat(frames, ignore_index=True) if frames else None
     return out
@@ -73,7 +75,8 @@ def _print_json(obj: dict) -> None:
 def cmd_fit(args) -> int:
     from analysis.costmodel.model import fit
     d = read_dirs(args.results)
-    model = fit(d["rows"], d["probes"], d["steps"], d["step_probe"], sources=args.results)
+    model = fit(d["rows"], d["probes"], d["steps"], d["step_probe"], sources=args.results,
+                loader_probe=d["loader_probe"])
     out = Path(args.out or Path(args.results[0]) / "costmodel.json")
     model.save(out)
     print(model.report())
@@ -111,10 +114,13 @@ def cmd_compare(args) -> int:
     model = load(args.model)
     d = read_dir(args.results)
     meas = measured_configs(d["rows"])
-    pred = predict(model, meas)
+    given = (meas.batch_size.to_numpy(float) / meas.device_resident_samples_per_s.to_numpy(float)
+             if args.step == "measured" else None)
+    pred = predict(model, meas, step_s=given)
     pred["config_id"] = meas.config_id.to_numpy()
     cmp = compare(d["rows"], pred)
     s = summary(cmp)
+    s["step"] = args.step
     print(cmp[["config_id", "measured", "measured_lo", "measured_hi", "predicted", "rel_error", "within_noise",
                "bottleneck"]].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     w = worst(cmp)
@@ -131,14 +137,16 @@ def cmd_cv(args) -> int:
     from analysis.costmodel.evaluate import cross_validate, summary, worst
     d = read_dir(args.results)
     cmp = cross_validate(d["rows"], kind=args.kind, folds=args.folds, seed=args.seed, probes=d["probes"],
-                         steps=d["steps"], step_probe=d["step_probe"])
+                         steps=d["steps"], step_probe=d["step_probe"], loader_probe=d["loader_probe"],
+                         step=args.step)
     s = summary(cmp)
     s["kind"] = args.kind
+    s["step"] = args.step
     print(cmp[["fold", "config_id", "measured", "predicted", "rel_error", "within_noise", "bottleneck",
                "extrapolated"]].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     for _, r in worst(cmp).iterrows():
         print(f"worst: {r.config_id} ({r.fold}) {r.rel_error:+.1%} {r.reason}")
-    print(f"{args.kind}: median |rel error| {s['median_abs_rel_error']:.1%}, max {s['max_abs_rel_error']:.1%}, "
+    print(f"{args.kind}, step {args.step}: median |rel error| {s['median_abs_rel_error']:.1%}, max {s['max_abs_rel_error']:.1%}, "
           f"Kendall tau {s['kendall_tau']:.2f}, n {s['n']}")
     if args.json:
         _print_json(s)
@@ -160,6 +168,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
     c = sub.add_parser("compare", help="predict a results folder's configurations and compare")
     c.add_argument("model")
     c.add_argument("results")
+    c.add_argument("--step", choices=("predicted", "measured"), default="predicted",
+                   help="each configuration's step: from the model (default) or its own measured device-resident bound")
     c.add_argument("--json", action="store_true")
     c.set_defaults(_action=cmd_compare)
     v = sub.add_parser("cv", help="cross-validate on one results folder")
@@ -167,6 +177,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
     v.add_argument("--kind", choices=("kfold", "lokvo"), default="kfold")
     v.add_argument("--folds", type=int, default=5)
     v.add_argument("--seed", type=int, default=0)
+    v.add_argument("--step", choices=("predicted", "measured"), default="predicted",
+                   help="the held-out configurations' step: from the step model with their own shapes held out "
+                        "of the step probe (default), or their own measured device-resident bound (then only "
+                        "the pipeline around the step is predicted)")
     v.add_argument("--json", action="store_true")
     v.set_defaults(_action=cmd_cv)
 

@@ -105,10 +105,40 @@ def worst(cmp: pd.DataFrame, n: int = 3) -> pd.DataFrame:
     return w
 
 
+#: the knobs that make a step probe's shape and a loader probe's shape
+STEP_SHAPE = ("model", "precision", "grad_accum_steps", "batch_size", "image_size", "width", "depth")
+LOADER_SHAPE = ("source", "image_size", "augment_cost")
+
+
+def without_held_out(probe: pd.DataFrame | None, held: pd.DataFrame, shape: tuple, knob: str | None = None):
+    """``probe``'s rows minus those that measured a held-out configuration's part: the same
+    ``shape`` (knob values) as a configuration of ``held``, or, when ``knob`` names the knob a
+    leave-one-knob-value-out set holds out, any row with a held-out value of it. A held-out
+    configuration's step (or loader) is then predicted from other shapes, as an unmeasured one is.
+
+    >>> p = pd.DataFrame({"source": ["ram", "ram", "memmap"], "image_size": [16, 32, 16], "augment_cost": [0, 0, 0]})
+    >>> held = pd.DataFrame({"source": ["ram"], "image_size": [16], "augment_cost": [0]})
+    >>> without_held_out(p, held, LOADER_SHAPE).source.tolist()
+    ['ram', 'memmap']
+    >>> without_held_out(p, held, LOADER_SHAPE, knob="source").source.tolist()
+    ['memmap']
+    """
+    if probe is None or not len(probe):
+        return probe
+    from analysis.costmodel.features import knob_frame
+    pk, hk = knob_frame(probe), knob_frame(held)
+    keys = [k for k in shape if k in pk]
+    drop = pd.MultiIndex.from_frame(pk[keys].astype(str)).isin(pd.MultiIndex.from_frame(hk[keys].astype(str)))
+    if knob is not None and knob in keys:
+        drop |= pk[knob].astype(str).isin(hk[knob].astype(str)).to_numpy()
+    return probe[~np.asarray(drop)]
+
+
 def cross_validate(rows: pd.DataFrame, *, kind: str = "kfold", folds: int = 5, seed: int = 0,
                    probes: pd.DataFrame | None = None, steps: pd.DataFrame | None = None,
                    step_probe: pd.DataFrame | None = None, knobs=LOKVO_KNOBS,
-                   transfer: dict | None = None) -> pd.DataFrame:
+                   transfer: dict | None = None, loader_probe: pd.DataFrame | None = None,
+                   step: str = "predicted") -> pd.DataFrame:
     """Held-out predictions: calibrate without some configurations, predict them.
 
     Args:
@@ -117,8 +147,14 @@ def cross_validate(rows: pd.DataFrame, *, kind: str = "kfold", folds: int = 5, s
             ``"lokvo"`` (leave one knob value out: for each knob of ``knobs`` with at least two
             measured values, and each value, hold out every configuration with that value).
         folds: the number of folds of ``kfold`` (at most the number of configurations).
-        probes, steps, step_probe: passed to :func:`fit`.
+        probes, steps, step_probe, loader_probe: passed to :func:`fit`. The component probes'
+            rows of a held-out configuration's own step and loader shapes are held out with it
+            (:func:`without_held_out`), and under ``lokvo`` every probe row with the held-out value.
         transfer: the probes' copy fit (:func:`transfer_from_probes`) when the caller has it.
+        step: ``"predicted"`` (a held-out configuration's step comes from the step model, its own
+            shape held out of the step probe) or ``"measured"`` (its step is its own measured
+            device-resident bound, a step-alone measurement a user makes in seconds; what is held
+            out and predicted is the pipeline around it: loader, feed, and how they share the cores).
 
     Returns:
         :func:`compare` rows of the held-out predictions with ``fold`` naming the held-out set
@@ -131,7 +167,7 @@ def cross_validate(rows: pd.DataFrame, *, kind: str = "kfold", folds: int = 5, s
         if not 2 <= folds <= n:
             raise CostModelError(f"folds={folds}: must be between 2 and the number of configurations ({n})")
         perm = np.random.default_rng(seed).permutation(n)
-        sets = [(f"fold {k}", set(ids[perm[k::folds]])) for k in range(folds)]
+        sets = [(f"fold {k}", set(ids[perm[k::folds]]), None) for k in range(folds)]
     elif kind == "lokvo":
         sets = []
         for k in knobs:
@@ -141,21 +177,26 @@ def cross_validate(rows: pd.DataFrame, *, kind: str = "kfold", folds: int = 5, s
             if vals.nunique() < 2:
                 continue
             for v in sorted(vals.unique()):
-                sets.append((f"{k}={v}", set(ids[(vals == v).to_numpy()])))
+                sets.append((f"{k}={v}", set(ids[(vals == v).to_numpy()]), k))
     else:
         raise CostModelError(f"kind={kind!r}: expected 'kfold' or 'lokvo'")
+    if step not in ("predicted", "measured"):
+        raise CostModelError(f"step={step!r}: expected 'predicted' or 'measured'")
     if transfer is None:  # the probes do not change between folds: fitted once
         transfer = transfer_from_probes(probes)
     out = []
-    for name, held in sets:
+    for name, held, knob in sets:
         out_of = meas.config_id.astype(str).isin(held)
         train, test = meas[~out_of], meas[out_of]  # summarized once: a configuration's own rows alone
         try:
-            model = fit(train, probes, steps, step_probe, transfer=transfer)
+            model = fit(train, probes, steps, without_held_out(step_probe, test, STEP_SHAPE, knob), transfer=transfer,
+                        loader_probe=without_held_out(loader_probe, test, LOADER_SHAPE, knob))
         except CostModelError as e:
             print(f"cross-validation: {name} skipped: {e}")
             continue
-        pred = predict(model, test)
+        given = (test.batch_size.to_numpy(float) / test.device_resident_samples_per_s.to_numpy(float)
+                 if step == "measured" else None)
+        pred = predict(model, test, step_s=given)
         pred["config_id"] = test.config_id.to_numpy()
         c = compare(test, pred)
         c["fold"] = name

@@ -371,9 +371,24 @@ def _bounds(name: str) -> tuple[float, float, float]:
     return _BOUNDS["flop_rate"] if name.startswith("flop_rate_") else _BOUNDS[name]
 
 
+def _ok_image_rows(frame: pd.DataFrame | None, need: str, what: str) -> pd.DataFrame | None:
+    """The ``ok`` rows of an image model family in a probe's rows (None when there are none);
+    rows without the ``need`` column raise."""
+    if frame is None or not len(frame):
+        return None
+    f = frame[frame["status"].astype(str) == "ok"] if "status" in frame else frame
+    f = f[f.get("model", pd.Series("mlp", index=f.index)).isin(FAMILIES)]
+    if not len(f):
+        return None
+    if need not in f:
+        raise CostModelError(f"{what} rows: no column {need!r}; measure them with 'python -m experiments "
+                             f"components' (or a study, which runs the component probes)")
+    return f.reset_index(drop=True)
+
+
 def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFrame | None = None,
         step_probe: pd.DataFrame | None = None, sources: list | None = None,
-        transfer: dict | None = None) -> CostModel:
+        transfer: dict | None = None, loader_probe: pd.DataFrame | None = None) -> CostModel:
     """Calibrates the cost model on measured sweep rows.
 
     Args:
@@ -381,10 +396,13 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
             repeat). Only ``status == 'ok'`` rows are used; transformer rows are refused.
         probes: raw probe rows (``probe/rows.csv``) for the host→device copy; optional.
         steps: per-step times (``steps.csv``) for the simulator's step jitter; optional.
-        step_probe: more rows for the step fit alone: any sweep's ``rows.csv`` (only their
-            ``device_resident_samples_per_s`` and knobs are read), e.g. a cheap sweep over batch
-            and image sizes; ``costmodel fit`` reads them from ``step_probe/rows.csv`` beside the
-            rows. Optional.
+        step_probe: more rows for the step fit alone: the component probes' step rows
+            (``experiments.components``; a study writes them to ``step_probe/rows.csv``) or any
+            sweep's ``rows.csv`` (only their ``device_resident_samples_per_s`` and knobs are read).
+            Optional.
+        loader_probe: the component probes' loader rows (``loader_probe/rows.csv``): seconds per
+            batch of the loader alone, per source, image size and augmentation cost; they enter
+            the loader fit beside the runs. Optional.
         sources: where the rows came from, recorded in the model.
         transfer: the host→device copy as :func:`transfer_from_probes` returns it; given, ``probes``
             is not read (cross-validation fits the probes once for every fold: that fit's
@@ -413,17 +431,12 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
     nw = kf.num_workers.to_numpy()
     # 1. the step, on device-resident times
     skf, s_meas = kf, S_meas
-    if step_probe is not None and len(step_probe):
-        sp = step_probe[step_probe["status"].astype(str) == "ok"] if "status" in step_probe else step_probe
-        sp = sp[sp.get("model", pd.Series(dtype=str)).isin(FAMILIES)]
-        if len(sp):
-            if "device_resident_samples_per_s" not in sp:
-                raise CostModelError("step probe rows: no column 'device_resident_samples_per_s'; "
-                                     "use a sweep's rows.csv (python -m experiments sweep)")
-            pk = knob_frame(sp.reset_index(drop=True))
-            skf = pd.concat([kf, pk], ignore_index=True)
-            s_meas = np.concatenate([S_meas, pk.batch_size.to_numpy(float)
-                                     / sp.device_resident_samples_per_s.to_numpy(float)])
+    sp = _ok_image_rows(step_probe, "device_resident_samples_per_s", "step probe")
+    if sp is not None:
+        pk = knob_frame(sp)
+        skf = pd.concat([kf, pk], ignore_index=True)
+        s_meas = np.concatenate([S_meas, pk.batch_size.to_numpy(float)
+                                 / sp.device_resident_samples_per_s.to_numpy(float)])
     cells = sorted({(m, q) for m, q in zip(skf.model, skf.precision)})
     step_names = list(STEP_FIXED) + [flop_rate_name(m, q) for m, q in cells]
     step_names += [f"accum_loop_{m}" for m in FAMILIES
@@ -438,8 +451,13 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
     names = list(LOADER_PARAMS)
     fixed = {}
     notes = {}
+    lp = _ok_image_rows(loader_probe, "loader_s_per_batch", "loader probe")
+    if lp is not None:
+        lcols = columns(knob_frame(lp))
+        l_meas = lp.loader_s_per_batch.to_numpy(float)
+        l_B = np.asarray(lcols.batch_size, float)
     for src in ("memmap", "arrayrecord"):
-        if not (kf.source == src).any():
+        if not (kf.source == src).any() and not (lp is not None and (lcols.source == src).any()):
             fixed[f"read_{src}_s"] = 0.0
             notes[f"read_{src}_s"] = f"no {src} rows"
     if not (nw == 0).any():
@@ -459,6 +477,8 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
         r = [np.log(T / T_meas)]
         if use_stamp.any():
             r.append(0.5 * np.log(sample_time(q, kf)[use_stamp] / stamped[use_stamp]))
+        if lp is not None:  # the loader alone: its batch, then the main thread's per-batch work
+            r.append(np.log((l_B * sample_time(q, lcols) + q["batch_overhead_s"]) / l_meas))
         return np.concatenate(r)
     lv, lse, lres, lfree = _lsq(resid, names, fixed)
     p.update(fixed)
@@ -557,8 +577,12 @@ def _rates_for(model: CostModel, kf: pd.DataFrame) -> np.ndarray:
 
 
 def components(model: CostModel, configs: pd.DataFrame, hierarchy: str | None = None,
-               cpu_count: int | None = None) -> pd.DataFrame:
+               cpu_count: int | None = None, step_s=None) -> pd.DataFrame:
     """Per configuration: the equations' terms and the deterministic cycle (no simulation).
+
+    ``step_s`` (seconds per configuration), when given, is the device-resident step as measured
+    (a run's bound, or the step probe of the same shape) and replaces the step model's ``S``: what
+    is then predicted is the pipeline around a known step.
 
     Columns: the knobs, ``step_s`` (S), ``step_contended_s``, ``loader_s_per_batch`` (L),
     ``transfer_s``, ``overhead_s``, ``cycle_s`` (T), ``bound_samples_per_s`` (B / T), ``cpu_bound_s``,
@@ -584,6 +608,11 @@ def components(model: CostModel, configs: pd.DataFrame, hierarchy: str | None = 
     else:
         S = step_time(p, kf, _rates_for(model, kf))
         on_host = True
+    if step_s is not None:
+        S = np.asarray(step_s, float).reshape(-1)
+        if S.shape != (len(kf),) or not (np.isfinite(S) & (S > 0)).all():
+            raise CostModelError(f"step_s: {len(S)} value(s) for {len(kf)} configuration(s), each a positive "
+                                 f"number of seconds; give one measured step time per configuration")
     B = kf.batch_size.to_numpy(float)
     L = B * sample_time(p, kf)
     tr = transfer_time(transfer, kf)
@@ -634,7 +663,7 @@ def _stage_to_fix(bottleneck: str, nw: int) -> str:
 
 
 def predict(model: CostModel, configs: pd.DataFrame, *, hierarchy: str | None = None,
-            cpu_count: int | None = None, n_items: int = 400, seed: int = 0) -> pd.DataFrame:
+            cpu_count: int | None = None, n_items: int = 400, seed: int = 0, step_s=None) -> pd.DataFrame:
     """Predicted samples/s of each configuration, through the vmapped pipeline simulator.
 
     Args:
@@ -647,6 +676,8 @@ def predict(model: CostModel, configs: pd.DataFrame, *, hierarchy: str | None = 
         cpu_count: host cores (default: the measured machine's).
         n_items: batches simulated per configuration.
         seed: the simulator's seed.
+        step_s: measured device-resident step seconds per configuration, used instead of the
+            step model (see :func:`components`).
 
     Returns:
         One row per input row, in order: the knobs, ``samples_per_s`` (simulated, with the measured
@@ -656,7 +687,7 @@ def predict(model: CostModel, configs: pd.DataFrame, *, hierarchy: str | None = 
     """
     from memsim.distributions import Dist
     from memsim.pipeline import sweep
-    comp = components(model, configs, hierarchy=hierarchy, cpu_count=cpu_count)
+    comp = components(model, configs, hierarchy=hierarchy, cpu_count=cpu_count, step_s=step_s)
     nw = comp.num_workers.to_numpy()
     main = comp.main_thread_s.to_numpy()
     # stage times per batch as the simulator takes them: workers (transform), main thread

@@ -70,10 +70,14 @@ def parts_figure(comp: pd.DataFrame, labels: list[str]) -> Figure:
 
 
 def _inputs(study):
-    """(rows, probe rows, steps) of an ``analysis.report.StudyResults``."""
+    """(rows, probe rows, steps, step probe, loader probe) of an ``analysis.report.StudyResults``."""
     from experiments.results import read_csv_rows
-    steps = study.path / "steps.csv"
-    return study.runs, study.probe_raw, (read_csv_rows(steps) if steps.is_file() else None)
+
+    def opt(rel):
+        f = study.path / rel
+        return read_csv_rows(f) if f.is_file() else None
+    return (study.runs, study.probe_raw, opt("steps.csv"), opt("step_probe/rows.csv"),
+            opt("loader_probe/rows.csv"))
 
 
 #: the last study calibrated: (its runs frame, its calibration). Both sections read one calibration
@@ -88,13 +92,15 @@ def _calibration(study) -> dict:
         return {"message": "No measured rows: nothing to calibrate on."}
     if _LAST[0] is study.runs:
         return _LAST[1]
-    rows, probes, steps = _inputs(study)
+    rows, probes, steps, step_probe, loader_probe = _inputs(study)
     try:
         meas = measured_configs(rows)
         folds = min(FOLDS, len(meas))
         transfer = transfer_from_probes(probes)
-        model = fit(rows, steps=steps, transfer=transfer, sources=[str(study.path)])
-        cmp = cross_validate(rows, kind="kfold", folds=folds, steps=steps, transfer=transfer)
+        model = fit(rows, steps=steps, transfer=transfer, sources=[str(study.path)], step_probe=step_probe,
+                    loader_probe=loader_probe)
+        cmp = cross_validate(rows, kind="kfold", folds=folds, steps=steps, transfer=transfer,
+                             step_probe=step_probe, loader_probe=loader_probe)
         out = {"meas": meas, "model": model, "cmp": cmp, "folds": folds}
     except CostModelError as e:
         out = {"message": f"The cost model could not be calibrated on this study: {e}"}

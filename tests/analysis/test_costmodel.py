@@ -24,6 +24,15 @@ TRUE = {"step_overhead_s": 1e-3, "update_s_per_param": 1e-9, "flop_rate_mlp_fp32
         "step_straggler": 0.8, "step_cores": 1.3}
 
 
+def _true_model():
+    m = costmodel.CostModel(params=TRUE, table=pd.DataFrame(), stats={}, ranges={}, cpu_count=2,
+                            transfer={"alpha_s": 5e-5, "beta_Bps": 1.6e9})
+    m.ranges = {**{k: [0, 1e9] for k in features.NUMERIC_KNOBS},
+                **{k: ["mlp", "cnn", "ram", "memmap", "arrayrecord", "fp32", "bf16", "none", "double_buffer"]
+                   for k in features.CATEGORICAL_KNOBS}, "cells": ["mlp/fp32", "mlp/bf16", "cnn/fp32", "cnn/bf16"]}
+    return m
+
+
 def synthetic_rows(n: int = 24, seed: int = 0, noise: float = 0.0) -> pd.DataFrame:
     """Rows whose samples/s are the model's own cycle at TRUE (two repeats each)."""
     rng = np.random.default_rng(seed)
@@ -35,12 +44,7 @@ def synthetic_rows(n: int = 24, seed: int = 0, noise: float = 0.0) -> pd.DataFra
         "grad_accum_steps": 1, "prefetch_buffer_size": 2})
     cfg["width"] = np.where(cfg.model == "cnn", 16, 512)
     cfg["depth"] = np.where(cfg.model == "cnn", 3, 2)
-    model = costmodel.CostModel(params=TRUE, table=pd.DataFrame(), stats={}, ranges={}, cpu_count=2,
-                                transfer={"alpha_s": 5e-5, "beta_Bps": 1.6e9})
-    model.ranges = {**{k: [0, 1e9] for k in features.NUMERIC_KNOBS},
-                    **{k: ["mlp", "cnn", "ram", "memmap", "arrayrecord", "fp32", "bf16", "none", "double_buffer"]
-                       for k in features.CATEGORICAL_KNOBS}, "cells": ["mlp/fp32", "mlp/bf16", "cnn/fp32", "cnn/bf16"]}
-    comp = components(model, cfg)
+    comp = components(_true_model(), cfg)
     rows = []
     for rep in range(2):
         jit = np.exp(rng.normal(0, noise, n)) if noise else np.ones(n)
@@ -105,6 +109,72 @@ def test_held_out_predictions_of_noisy_rows_are_within_their_noise():
     assert s["n"] == 24 and s["median_abs_rel_error"] < 0.05 and s["kendall_tau"] > 0.9, s
     lokvo = costmodel.cross_validate(rows, kind="lokvo", knobs=("num_workers",))
     assert set(lokvo.fold) == {"num_workers=0", "num_workers=1", "num_workers=2"}
+
+
+def synthetic_probes(model_names=("mlp", "cnn")):
+    """Component-probe rows made by the model at TRUE: steps over a grid of shapes, and the loader
+    alone (its batch plus the per-batch work) over every source, image size and augmentation."""
+    from analysis.costmodel.model import sample_time, step_time
+    import itertools
+    sp = pd.DataFrame([{"model": m, "precision": q, "grad_accum_steps": 1, "batch_size": b, "image_size": s}
+                       for m, q, b, s in itertools.product(model_names, ("fp32", "bf16"), (32, 128), (16, 48))])
+    sp["width"] = np.where(sp.model == "cnn", 16, 512)
+    sp["depth"] = np.where(sp.model == "cnn", 3, 2)
+    sp["status"] = "ok"
+    sp["device_resident_samples_per_s"] = sp.batch_size / step_time(TRUE, features.knob_frame(sp))
+    lp = pd.DataFrame([{"source": src, "image_size": s, "augment_cost": a, "batch_size": 64}
+                       for src, s, a in itertools.product(("ram", "memmap", "arrayrecord"), (16, 32, 48), (0, 2, 4))])
+    lp["status"] = "ok"
+    lp["loader_s_per_batch"] = 64 * sample_time(TRUE, features.knob_frame(lp)) + TRUE["batch_overhead_s"]
+    return sp, lp
+
+
+def test_the_loader_probe_calibrates_what_the_runs_never_read():
+    """Rows from RAM alone cannot tell a memmap or ArrayRecord read's cost (fixed at 0 without
+    them); with the loader probe the fit recovers both."""
+    rows = synthetic_rows(seed=2)
+    rows = rows[rows.source == "ram"]
+    alone = costmodel.fit(rows)
+    assert alone.params["read_memmap_s"] == 0.0
+    sp, lp = synthetic_probes()
+    both = costmodel.fit(rows, step_probe=sp, loader_probe=lp)
+    for k in ("read_memmap_s", "read_arrayrecord_s", "sample_base_s", "pixel_s"):
+        assert both.params[k] == pytest.approx(TRUE[k], rel=0.05), k
+    bad = lp.drop(columns=["loader_s_per_batch"])
+    with pytest.raises(costmodel.CostModelError, match="loader_s_per_batch"):
+        costmodel.fit(rows, loader_probe=bad)
+
+
+def test_cross_validation_holds_the_held_out_shapes_out_of_the_probes(monkeypatch):
+    """A held-out configuration's own step and loader shapes never reach the fit that predicts it;
+    under leave-one-knob-value-out no probe row with the held-out value does."""
+    from analysis.costmodel import evaluate
+    rows = synthetic_rows(seed=3)
+    sp, lp = synthetic_probes()
+    # probe the held-out configurations' own shapes too, as a study's probes do
+    own = rows.drop_duplicates("config_id")
+    sp = pd.concat([sp, own.assign(status="ok")[list(sp.columns)]], ignore_index=True)
+    seen = []
+    real_fit = evaluate.fit
+
+    def spy(train, probes, steps, step_probe, **kw):
+        seen.append((set(train.config_id), step_probe, kw["loader_probe"]))
+        return real_fit(train, probes, steps, step_probe, **kw)
+    monkeypatch.setattr(evaluate, "fit", spy)
+    cmp = costmodel.cross_validate(rows, kind="kfold", folds=4, step_probe=sp, loader_probe=lp)
+    assert len(seen) == 4 and len(cmp) == rows.config_id.nunique()
+    step_key = ["model", "precision", "grad_accum_steps", "batch_size", "image_size"]
+    for train_ids, fold_sp, fold_lp in seen:
+        held = own[~own.config_id.isin(train_ids)]
+        assert len(fold_sp) < len(sp)
+        assert not set(map(tuple, held[step_key].astype(str).values)) & set(map(tuple, fold_sp[step_key].astype(str).values))
+        lk = ["source", "image_size", "augment_cost"]
+        assert not set(map(tuple, held[lk].astype(str).values)) & set(map(tuple, fold_lp[lk].astype(str).values))
+    seen.clear()
+    costmodel.cross_validate(rows, kind="lokvo", knobs=("image_size",), step_probe=sp, loader_probe=lp)
+    for train_ids, fold_sp, fold_lp in seen:
+        held_vals = set(own[~own.config_id.isin(train_ids)].image_size)
+        assert not held_vals & set(fold_sp.image_size) and not held_vals & set(fold_lp.image_size)
 
 
 def test_study_fit_predicts_through_the_simulator_and_saves(tmp_path):

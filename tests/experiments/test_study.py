@@ -32,7 +32,11 @@ def test_study_writes_report_with_table_and_figures(tmp_path, data_cache):
     assert (d / "config.json").exists() and (d / "probe" / "rows.csv").exists() and (d / "memory.csv").exists()
     meta = json.loads((d / "study.json").read_text())  # what the report needs beyond the rows
     assert meta["preset"] == "smoke" and meta["errors"] == {} and meta["environment"]["platform"]
-    assert list(meta["stage_s"]) == ["sweep", "probes", "scaling", "rules", "memory"] and meta["stage_s"]["sweep"] > 0
+    assert list(meta["stage_s"]) == ["sweep", "probes", "components", "scaling", "rules", "memory"]
+    assert meta["stage_s"]["sweep"] > 0
+    for kind in ("step", "loader"):  # the component probes of the smoke sweep's one shape each
+        probe = load(d / f"{kind}_probe")
+        assert len(probe) == 1 and (probe.status == "ok").all()
     assert "Preset `smoke`; 2 configurations × 2 repeats; measured sweep wall time" in report
     # the report is rebuilt from the folder alone, as the study wrote it
     (d / "report.md").unlink()

@@ -1,0 +1,292 @@
+"""Component probes: the training step alone and the loader alone, per shape, in one process.
+
+The cost model (``analysis.costmodel``) composes a configuration's throughput from its parts: the
+step on a batch already on the device, the loader's CPU per sample, the host→device copy (the
+hierarchy probes) and the contention of all of them for the host's cores. A sweep run measures the
+whole pipeline, and costs about 5–8 s on a 2-core CPU (a process, a compile, a loader, two
+windows). Each part costs a fraction of that, so the study measures the parts over more shapes than
+it can afford full runs of. Calibration then fits what only whole runs show, namely how the parts
+share the cores, to the runs.
+
+- **step probe** (``step_probe/rows.csv``). For each (model, precision, grad_accum_steps, batch_size,
+  image_size) the runs' own ``TrainStep`` is compiled and stepped on a batch already on the device,
+  with the runs' window rules and shorter windows. Each row has ``device_resident_samples_per_s``,
+  the step median, the compile time and XLA's FLOPs: the columns a sweep row has, so that
+  ``analysis.costmodel.fit(step_probe=...)`` reads either.
+- **loader probe** (``loader_probe/rows.csv``). For each (source, image_size, augment_cost) the runs'
+  Grain pipeline, with no worker process and no prefetch thread, is iterated alone. Each row has
+  the seconds per batch and per sample.
+
+Shapes run in a seeded shuffled order, so a slow spell of a shared machine does not land on one
+family; each shape is measured ``repeats`` times, round-robin. Rows are appended as each
+measurement finishes (Ctrl-C keeps them), and a resumed run skips the (shape, repeat) pairs it has.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import signal
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from experiments import results
+from experiments.configs import check, to_flat_dict
+from experiments.env import environment
+
+STEP_KEYS = ("model", "precision", "grad_accum_steps", "batch_size", "image_size")
+LOADER_KEYS = ("source", "image_size", "augment_cost")
+ENV_KEYS = ("platform", "device_kind", "cpu_count", "jax_version", "jaxlib_version", "grain_version", "git_commit")
+
+
+@dataclasses.dataclass(frozen=True)
+class ComponentConfig:
+    # step probe: every combination of these, at the (batch_size, image_size) pairs of step_shapes
+    model: tuple[str, ...] = ("mlp", "cnn")
+    precision: tuple[str, ...] = ("fp32", "bf16")
+    grad_accum_steps: tuple[int, ...] = (1, 2)
+    # (batch_size, image_size) pairs per model/precision/accumulation cell: the corners and the
+    # centre of the sampled range, so that a cell's overhead and rate are both identified
+    step_shapes: tuple[tuple[int, int], ...] = ((32, 16), (128, 16), (64, 32), (32, 48), (128, 48))
+    # loader probe: every combination
+    source: tuple[str, ...] = ("ram", "memmap", "arrayrecord")
+    image_size: tuple[int, ...] = (16, 32, 48)
+    augment_cost: tuple[int, ...] = (0, 2, 4)
+    # 0: every combination; n > 0: a balanced designed sample of n of them (experiments.sweep.design_sample)
+    loader_sample: int = 0
+    loader_batch_size: int = 64
+    # the models and data of the runs the probes stand for (the sweep's)
+    width: int = 512
+    depth: int = 2
+    cnn_width: int = 16
+    cnn_depth: int = 3
+    num_samples: int = 2048
+    cache_dir: str = ""
+    # windows (the runs' rules: warm up until steady or max_warmup_s, then min_steps and min_measure_s)
+    min_steps: int = 4
+    min_measure_s: float = 0.25
+    warmup_steps: int = 2
+    max_warmup_s: float = 0.5
+    repeats: int = 1
+    order_seed: int = 0
+
+    def __post_init__(self):
+        for k in ("model", "precision", "grad_accum_steps", "step_shapes", "source", "image_size", "augment_cost"):
+            check(isinstance(getattr(self, k), tuple), k, getattr(self, k), "must be a tuple of levels (may be empty)")
+        check(all(len(s) == 2 and s[0] > 0 and s[1] > 0 for s in self.step_shapes), "step_shapes",
+              self.step_shapes, "each shape is a (batch_size, image_size) pair of positive integers")
+        check(self.repeats >= 1, "repeats", self.repeats, "must be >= 1")
+        check(self.loader_batch_size >= 1, "loader_batch_size", self.loader_batch_size, "must be >= 1")
+        check(self.min_steps >= 2, "min_steps", self.min_steps, "must be >= 2")
+        self.step_configs()  # every shape must be a valid run, before any work
+        self.loader_configs()
+
+    def _train_config(self, **kw):
+        from experiments import configs
+        from experiments.train import TrainConfig
+        base = TrainConfig(num_samples=self.num_samples, min_steps=self.min_steps, min_measure_s=self.min_measure_s,
+                           warmup_steps=self.warmup_steps, max_warmup_s=self.max_warmup_s, grain_stats=False,
+                           num_workers=0, prefetch_buffer_size=0, feed="none", device_buffer_size=0,
+                           **({"cache_dir": self.cache_dir} if self.cache_dir else {}))
+        wd = {"width": self.cnn_width, "depth": self.cnn_depth} if kw.get("model") == "cnn" else \
+            {"width": self.width, "depth": self.depth}
+        return configs.apply_overrides(base, {**wd, **kw})
+
+    def step_configs(self) -> list:
+        out = []
+        for m, q, g, (b, s) in itertools.product(self.model, self.precision, self.grad_accum_steps, self.step_shapes):
+            check(b % g == 0, "step_shapes", (b, s), f"batch_size {b} is not divisible by grad_accum_steps {g}")
+            out.append(self._train_config(model=m, precision=q, grad_accum_steps=g, batch_size=b, image_size=s))
+        return out
+
+    def loader_configs(self) -> list:
+        if self.loader_sample:
+            from experiments.sweep import design_sample
+            pts = design_sample({"source": self.source, "image_size": self.image_size,
+                                 "augment_cost": self.augment_cost}, self.loader_sample, seed=self.order_seed)
+            combos = [(p["source"], p["image_size"], p["augment_cost"]) for p in pts]
+        else:
+            combos = list(itertools.product(self.source, self.image_size, self.augment_cost))
+        return [self._train_config(source=src, image_size=s, augment_cost=a, batch_size=self.loader_batch_size)
+                for src, s, a in combos]
+
+
+def smoke() -> ComponentConfig:
+    """A few seconds: used by the tests."""
+    return ComponentConfig(model=("mlp",), precision=("fp32",), grad_accum_steps=(1, 2), step_shapes=((8, 8), (16, 8)),
+                           source=("ram", "arrayrecord"), image_size=(8,), augment_cost=(0, 1), loader_batch_size=8,
+                           width=16, depth=1, num_samples=64, min_steps=2, min_measure_s=0.0, max_warmup_s=0.05)
+
+
+def for_sweep(cfg, repeats: int = 1) -> ComponentConfig:
+    """The component probes of a sweep (``experiments.sweep.SweepConfig``): its models and data, the
+    levels of its grid and designed sample.
+
+    Each model × precision × accumulation cell is probed at two shapes, the smallest (batch, image)
+    and the middle one: two points identify a cell's rate beside the overhead all cells share, and
+    the largest corner costs too much here (measured on the 2-core CPU: a CNN step with gradient
+    accumulation at batch 128 and 48×48 images takes 2.7 s, 17× the same step without the loop).
+    The loader gets a balanced sample of source × image size × augmentation cost, as many points
+    as the largest level count squared (9 of the 27 combinations for the quick sweep)."""
+    def levels(k):
+        vals = set(getattr(cfg, k)) | (set(getattr(cfg, f"sample_{k}")) if cfg.sample_size else set())
+        return tuple(sorted(vals))
+    bs, im = levels("batch_size"), levels("image_size")
+    shapes = sorted({(bs[0], im[0]), (bs[len(bs) // 2], im[len(im) // 2])})
+    src, aug = levels("source"), levels("augment_cost")
+    n_loader = len(src) * len(im) * len(aug)
+    return ComponentConfig(model=levels("model"), precision=levels("precision"),
+                           grad_accum_steps=levels("grad_accum_steps"), step_shapes=tuple(shapes),
+                           source=src, image_size=im, augment_cost=aug,
+                           loader_sample=min(n_loader, max(len(src), len(im), len(aug)) ** 2),
+                           width=cfg.width, depth=cfg.depth, cnn_width=cfg.cnn_width, cnn_depth=cfg.cnn_depth,
+                           num_samples=cfg.num_samples, cache_dir=cfg.cache_dir, repeats=repeats,
+                           # the probes' windows, or the sweep's where those are shorter (the smoke preset)
+                           min_steps=max(2, min(3, cfg.min_steps)), min_measure_s=min(0.3, cfg.min_measure_s),
+                           warmup_steps=1, max_warmup_s=min(0.3, cfg.max_warmup_s))
+
+
+def quick() -> ComponentConfig:
+    """The parts of the quick sweep (the study's): every model × precision × accumulation cell at five
+    (batch, image) shapes, every source × image size × augmentation cost of the loader."""
+    from experiments import sweep
+    return for_sweep(sweep.quick())
+
+
+PRESETS = {"smoke": smoke, "quick": quick}
+
+
+# ------------------------------------------------------------------------------------ measuring
+
+def measure_step(tc) -> dict:
+    """The step of ``tc`` alone: compiled, then stepped on one batch already on the device, with
+    ``tc``'s window rules (``experiments.train.measure_window``)."""
+    import jax
+    from experiments.feed import batch_sharding, put
+    from experiments.models import make_model
+    from experiments.train import TrainStep, batch_specs, measure_window
+
+    sharding = batch_sharding(jax.devices()[:1])
+    step = TrainStep(make_model(tc.model_config(), seed=tc.seed), tc)
+    step.replicate(sharding)
+    t0 = time.perf_counter()
+    compiled = step.compile(batch_specs(tc, sharding))
+    compile_s = time.perf_counter() - t0
+    cost = compiled.cost_analysis() or {}
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    rng = np.random.default_rng(tc.seed)
+    host = {"image": rng.standard_normal((tc.batch_size, tc.image_size, tc.image_size, tc.channels)).astype(np.float32),
+            "label": rng.integers(0, tc.num_classes, tc.batch_size).astype(np.int32)}
+    batch = put(host, sharding)
+    jax.block_until_ready(batch)
+
+    def one(i):
+        t = time.perf_counter()
+        jax.block_until_ready(step(batch))
+        return {"step_time_s": time.perf_counter() - t}
+    w = measure_window(one, tc)
+    times = np.array([r["step_time_s"] for r in w.records[w.warmup_steps:]])
+    return {"device_resident_samples_per_s": tc.batch_size * len(times) / float(times.sum()),
+            "device_resident_step_median_s": float(np.median(times)), "resident_steps_measured": len(times),
+            "resident_measure_s": float(times.sum()), "resident_warmup_steps_run": w.warmup_steps,
+            "resident_warmup_steady": w.steady, "compile_s": compile_s,
+            "xla_flops_per_step": float(cost.get("flops", np.nan))}
+
+
+def measure_loader(tc) -> dict:
+    """The loader of ``tc`` alone (no worker process, no prefetch thread): seconds per batch."""
+    from experiments.loader import build_dataset
+    t0 = time.perf_counter()
+    it = iter(build_dataset(tc.loader_config(), stage_timing=False))
+    next(it)
+    first_s = time.perf_counter() - t0
+
+    def one(i):
+        t = time.perf_counter()
+        next(it)
+        return {"step_time_s": time.perf_counter() - t}
+    from experiments.train import measure_window
+    w = measure_window(one, tc)
+    times = np.array([r["step_time_s"] for r in w.records[w.warmup_steps:]])
+    close = getattr(it, "close", None)
+    if close is not None:
+        close()
+    return {"loader_s_per_batch": float(times.mean()), "loader_s_per_batch_median": float(np.median(times)),
+            "loader_s_per_sample": float(times.mean()) / tc.batch_size, "batches_measured": len(times),
+            "loader_measure_s": float(times.sum()), "time_to_first_batch_s": first_s}
+
+
+def _order(n: int, repeats: int, seed: int) -> list[tuple[int, int]]:
+    """(shape index, repeat): round-robin over repeats, each round in its own seeded shuffled order."""
+    rng = np.random.default_rng(seed)
+    return [(int(i), r) for r in range(repeats) for i in rng.permutation(n)]
+
+
+def run(cfg: ComponentConfig, out: str | Path, progress: bool = True) -> dict:
+    """Measures the step and loader probes of ``cfg`` into ``out/step_probe`` and ``out/loader_probe``
+    (resumable). Returns ``{"step": rows, "loader": rows, "failed": n, "seconds": s}``; a shape that
+    fails becomes a row with ``status='failed'`` and its error, and the others go on."""
+    out = Path(out)
+    env = {k: v for k, v in environment().items() if k in ENV_KEYS}
+    t_start = time.perf_counter()
+    failed = 0
+    for kind, tcs, keys, fn in (("step", cfg.step_configs(), STEP_KEYS, measure_step),
+                                ("loader", cfg.loader_configs(), LOADER_KEYS, measure_loader)):
+        d = out / f"{kind}_probe"
+        d.mkdir(parents=True, exist_ok=True)
+        results.write_json_atomic(d / "config.json", {"experiment": f"{kind} probe", "config": to_flat_dict(cfg),
+                                                     "environment": environment()}, sort_keys=False)
+        done = results.done_pairs(d)
+        writer = results.RowWriter(d)
+        order = _order(len(tcs), cfg.repeats, cfg.order_seed)
+        for k, (i, rep) in enumerate(order):
+            tc = tcs[i]
+            flat = to_flat_dict(tc)
+            cid = results.config_id(flat)
+            if (cid, rep) in done:
+                continue
+            row = {"config_id": cid, "repeat": rep, "attempt": 0, **flat, **env}
+            t0 = time.perf_counter()
+            try:
+                row.update(fn(tc), status="ok", error="")
+            except Exception as e:  # one shape's failure is a row; the probe goes on
+                row.update(status="failed", error=f"{type(e).__name__}: {e}".splitlines()[0][:500])
+                failed += 1
+            row["wall_s"] = time.perf_counter() - t0
+            writer.append(row)
+            if progress:
+                what = ", ".join(f"{key}={flat[key]}" for key in keys)
+                val = (f"{row.get('device_resident_step_median_s', float('nan')) * 1e3:.2f} ms/step" if kind == "step"
+                       else f"{row.get('loader_s_per_sample', float('nan')) * 1e6:.1f} µs/sample")
+                print(f"  {kind} probe {k + 1}/{len(order)} {what}: {val if row['status'] == 'ok' else row['error']}",
+                      file=sys.stderr, flush=True)
+    def rows(kind):
+        f = out / f"{kind}_probe" / "rows.csv"
+        return results.read_csv_rows(f) if f.is_file() else pd.DataFrame()
+    return {"step": rows("step"), "loader": rows("loader"), "failed": failed, "seconds": time.perf_counter() - t_start}
+
+
+def main(cfg: ComponentConfig, preset: str, run_id: str | None = None, results_root: str | None = None) -> int:
+    """``python -m experiments components``: the step and loader probes into
+    ``results/components/<run_id>/`` (resumable with the same ``--run_id``)."""
+    from experiments import sweep
+    out = results.run_dir("components", run_id, results_root, resume=run_id is not None)
+    with sweep.interruptible() as sig:
+        try:
+            res = run(cfg, out)
+        except KeyboardInterrupt:
+            sig.caught = sig.caught or signal.SIGINT
+    if sig.caught:
+        print(f"\ninterrupted ({signal.Signals(sig.caught).name}): the finished measurements are kept in "
+              f"{out}; rerun with --run_id={out.name} to finish the rest", file=sys.stderr)
+        return sig.exit_code
+    print(f"step probe: {len(res['step'])} rows, loader probe: {len(res['loader'])} rows, "
+          f"{res['seconds']:.0f} s → {out}")
+    if res["failed"]:
+        print(f"error: {res['failed']} shape(s) failed; their rows name the error", file=sys.stderr)
+        return 1
+    return 0

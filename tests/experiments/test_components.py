@@ -1,0 +1,89 @@
+"""The component probes: the step alone and the loader alone, per shape (experiments.components)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from experiments import components, results, sweep
+from experiments.configs import ConfigError
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("components")
+    cfg = dataclasses.replace(components.smoke(), cache_dir=str(out / "cache"))
+    return cfg, out, components.run(cfg, out, progress=False)
+
+
+def test_smoke_run_measures_every_shape(smoke_run):
+    cfg, out, res = smoke_run
+    step, loader = res["step"], res["loader"]
+    assert len(step) == len(cfg.step_configs()) == 4 and len(loader) == len(cfg.loader_configs()) == 4
+    assert (step.status == "ok").all() and (loader.status == "ok").all(), (step.error.tolist(), loader.error.tolist())
+    assert (step.device_resident_samples_per_s > 0).all() and (loader.loader_s_per_sample > 0).all()
+    # the rows are where calibration reads them, with the knobs it reads
+    assert (out / "step_probe" / "rows.csv").is_file() and (out / "loader_probe" / "rows.csv").is_file()
+    assert set(step.grad_accum_steps) == {1, 2} and set(loader.source) == {"ram", "arrayrecord"}
+    assert np.allclose(loader.loader_s_per_sample * loader.batch_size, loader.loader_s_per_batch)
+
+
+def test_the_step_probe_compiles_the_shape_it_names(smoke_run):
+    """XLA's FLOP count of each probed step follows the shape its row names: twice the batch,
+    twice the FLOPs (XLA counts an accumulation loop's body once, so accum-1 rows only)."""
+    from analysis.costmodel.features import step_arithmetic
+    _, _, res = smoke_run
+    s = res["step"][res["step"].grad_accum_steps == 1].sort_values("batch_size")
+    assert list(s.batch_size) == [8, 16]
+    per_sample, _ = step_arithmetic("mlp", 8, 3, 16, 1)
+    ratio = s.xla_flops_per_step.to_numpy() / (per_sample * s.batch_size.to_numpy())
+    assert np.all(np.abs(ratio - 1) < 0.5), ratio  # the optimizer's per-parameter FLOPs add a fixed part
+    assert s.xla_flops_per_step.iloc[1] > 1.5 * s.xla_flops_per_step.iloc[0]
+
+
+def test_a_resumed_run_skips_what_it_has(smoke_run):
+    cfg, out, _ = smoke_run
+    before = {k: len(results.read_csv_rows(out / f"{k}_probe" / "rows.csv")) for k in ("step", "loader")}
+    res = components.run(cfg, out, progress=False)
+    assert len(res["step"]) == before["step"] and len(res["loader"]) == before["loader"]
+
+
+def test_a_failing_shape_is_a_failed_row_and_the_rest_go_on(tmp_path, monkeypatch):
+    real = components.measure_loader
+
+    def flaky(tc):
+        if tc.source == "arrayrecord":
+            raise RuntimeError("disk went away")
+        return real(tc)
+    monkeypatch.setattr(components, "measure_loader", flaky)
+    cfg = dataclasses.replace(components.smoke(), model=(), cache_dir=str(tmp_path / "cache"))
+    res = components.run(cfg, tmp_path, progress=False)
+    lo = res["loader"]
+    assert res["failed"] == 2 and len(res["step"]) == 0
+    assert set(lo[lo.status == "failed"].source) == {"arrayrecord"}
+    assert lo[lo.status == "failed"].error.str.contains("disk went away").all()
+    assert (lo[lo.status == "ok"].source == "ram").all() and (lo.status == "ok").sum() == 2
+
+
+def test_bad_shapes_are_refused_before_any_work():
+    with pytest.raises(ConfigError, match=r"step_shapes=\(6, 8\): batch_size 6 is not divisible by grad_accum_steps 4"):
+        components.ComponentConfig(grad_accum_steps=(4,), step_shapes=((6, 8),))
+    with pytest.raises(ConfigError, match="step_shapes"):
+        components.ComponentConfig(step_shapes=((0, 8),))
+
+
+def test_the_study_probes_the_levels_its_sweep_samples():
+    q = sweep.quick()
+    c = components.for_sweep(q)
+    assert set(c.model) == set(q.sample_model) and set(c.precision) == set(q.sample_precision)
+    assert set(c.source) == set(q.sample_source) and set(c.augment_cost) == set(q.sample_augment_cost)
+    # each cell at the smallest and the middle (batch, image) shape; the loader at a balanced sample
+    assert c.step_shapes == ((32, 16), (64, 32))
+    assert len(c.step_configs()) == 2 * 2 * 2 * 2
+    lo = [(t.source, t.image_size, t.augment_cost) for t in c.loader_configs()]
+    assert len(lo) == 9 == len(set(lo))
+    for i, levels in enumerate((q.sample_source, q.sample_image_size, q.sample_augment_cost)):
+        assert sorted(x[i] for x in lo) == sorted(list(levels) * 3)
+    assert (c.width, c.cnn_width, c.num_samples) == (q.width, q.cnn_width, q.num_samples)
