@@ -152,9 +152,10 @@ def cross_validate(rows: pd.DataFrame, *, kind: str = "kfold", folds: int = 5, s
             (:func:`without_held_out`), and under ``lokvo`` every probe row with the held-out value.
         transfer: the probes' copy fit (:func:`transfer_from_probes`) when the caller has it.
         step: ``"predicted"`` (a held-out configuration's step comes from the step model, its own
-            shape held out of the step probe) or ``"measured"`` (its step is its own measured
+            shape held out of the step probe), ``"measured"`` (its step is its own measured
             device-resident bound, a step-alone measurement a user makes in seconds; what is held
-            out and predicted is the pipeline around it: loader, feed, and how they share the cores).
+            out and predicted is the pipeline around it: loader, feed, and how they share the cores),
+            or ``"both"`` (each fold's model predicts both ways; a ``step`` column tells them apart).
 
     Returns:
         :func:`compare` rows of the held-out predictions with ``fold`` naming the held-out set
@@ -180,8 +181,9 @@ def cross_validate(rows: pd.DataFrame, *, kind: str = "kfold", folds: int = 5, s
                 sets.append((f"{k}={v}", set(ids[(vals == v).to_numpy()]), k))
     else:
         raise CostModelError(f"kind={kind!r}: expected 'kfold' or 'lokvo'")
-    if step not in ("predicted", "measured"):
-        raise CostModelError(f"step={step!r}: expected 'predicted' or 'measured'")
+    if step not in ("predicted", "measured", "both"):
+        raise CostModelError(f"step={step!r}: expected 'predicted', 'measured' or 'both'")
+    modes = ("predicted", "measured") if step == "both" else (step,)
     if transfer is None:  # the probes do not change between folds: fitted once
         transfer = transfer_from_probes(probes)
     out = []
@@ -194,13 +196,16 @@ def cross_validate(rows: pd.DataFrame, *, kind: str = "kfold", folds: int = 5, s
         except CostModelError as e:
             print(f"cross-validation: {name} skipped: {e}")
             continue
-        given = (test.batch_size.to_numpy(float) / test.device_resident_samples_per_s.to_numpy(float)
-                 if step == "measured" else None)
-        pred = predict(model, test, step_s=given)
-        pred["config_id"] = test.config_id.to_numpy()
-        c = compare(test, pred)
-        c["fold"] = name
-        out.append(c)
+        for mode in modes:
+            given = (test.batch_size.to_numpy(float) / test.device_resident_samples_per_s.to_numpy(float)
+                     if mode == "measured" else None)
+            pred = predict(model, test, step_s=given)
+            pred["config_id"] = test.config_id.to_numpy()
+            c = compare(test, pred)
+            c["fold"] = name
+            if step == "both":
+                c["step"] = mode
+            out.append(c)
     if not out:
         raise CostModelError("cross-validation: no held-out set could be calibrated without; measure more configurations")
     return pd.concat(out, ignore_index=True)

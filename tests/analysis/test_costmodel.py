@@ -19,7 +19,7 @@ STUDY = ROOT / "results" / "cpu-2core" / "study"
 
 TRUE = {"step_overhead_s": 1e-3, "update_s_per_param": 1e-9, "flop_rate_mlp_fp32": 8e10,
         "flop_rate_mlp_bf16": 3e10, "flop_rate_cnn_fp32": 3e10, "flop_rate_cnn_bf16": 5e9,
-        "sample_base_s": 2e-4, "pixel_s": 3e-5, "augment_pass_s": 6e-5, "read_memmap_s": 2e-5,
+        "sample_base_s": 2e-4, "pixel_s": 3e-5, "augment_pass_s": 6e-5, "augment_pass_base_s": 4e-5, "read_memmap_s": 2e-5,
         "read_arrayrecord_s": 6e-5, "batch_overhead_s": 4e-3, "main_overlap_loss": 0.2,
         "step_straggler": 0.8, "step_cores": 1.3}
 
@@ -175,6 +175,30 @@ def test_cross_validation_holds_the_held_out_shapes_out_of_the_probes(monkeypatc
     for train_ids, fold_sp, fold_lp in seen:
         held_vals = set(own[~own.config_id.isin(train_ids)].image_size)
         assert not held_vals & set(fold_sp.image_size) and not held_vals & set(fold_lp.image_size)
+
+
+def test_a_measured_step_replaces_the_step_model():
+    """With ``step_s`` the step is the one given, not the model's: a step model made 3× too slow
+    changes nothing; cross-validation's ``step='measured'`` passes each held-out row's own bound."""
+    rows = synthetic_rows(seed=4)
+    meas = costmodel.measured_configs(rows)
+    slow = _true_model()
+    slow.params = {**TRUE, **{k: v / 3 for k, v in TRUE.items() if k.startswith("flop_rate_")}}
+    S = meas.batch_size.to_numpy(float) / meas.device_resident_samples_per_s.to_numpy(float)
+    given = components(slow, meas, step_s=S)
+    np.testing.assert_allclose(given.step_s, S)
+    np.testing.assert_allclose(given.bound_samples_per_s, meas.samples_per_s, rtol=1e-9)
+    assert not np.allclose(components(slow, meas).bound_samples_per_s, meas.samples_per_s, rtol=0.05)
+    with pytest.raises(costmodel.CostModelError, match="step_s: 2 value"):
+        components(slow, meas, step_s=S[:2])
+    cmp = costmodel.cross_validate(rows, kind="kfold", folds=3, step="measured")
+    assert costmodel.summary(cmp)["median_abs_rel_error"] < 0.02
+    both = costmodel.cross_validate(rows, kind="kfold", folds=3, step="both")
+    assert len(both) == 2 * len(cmp) and set(both.step) == {"predicted", "measured"}
+    np.testing.assert_allclose(both[both.step == "measured"].set_index("config_id").predicted.sort_index(),
+                               cmp.set_index("config_id").predicted.sort_index())
+    with pytest.raises(costmodel.CostModelError, match="step='model'"):
+        costmodel.cross_validate(rows, step="model")
 
 
 def test_study_fit_predicts_through_the_simulator_and_saves(tmp_path):
