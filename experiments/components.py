@@ -17,6 +17,10 @@ share the cores, to the runs.
   Grain pipeline, with no worker process and no prefetch thread, is iterated alone. Each row has
   the seconds per batch and per sample.
 
+The study measures the step probe only: calibration uses the loader probe only when asked
+(``costmodel fit --loader_probe``; see ``analysis.costmodel.model.fit`` for the measurement
+that decided it).
+
 Shapes run in a seeded shuffled order, so a slow spell of a shared machine does not land on one
 family; each shape is measured ``repeats`` times, round-robin. Rows are appended as each
 measurement finishes (Ctrl-C keeps them), and a resumed run skips the (shape, repeat) pairs it has.
@@ -122,7 +126,7 @@ def smoke() -> ComponentConfig:
                            width=16, depth=1, num_samples=64, min_steps=2, min_measure_s=0.0, max_warmup_s=0.05)
 
 
-def for_sweep(cfg, repeats: int = 1) -> ComponentConfig:
+def for_sweep(cfg, repeats: int = 1, loader: bool = True) -> ComponentConfig:
     """The component probes of a sweep (``experiments.sweep.SweepConfig``): its models and data, the
     levels of its grid and designed sample.
 
@@ -131,7 +135,9 @@ def for_sweep(cfg, repeats: int = 1) -> ComponentConfig:
     the largest corner costs too much here (measured on the 2-core CPU: a CNN step with gradient
     accumulation at batch 128 and 48×48 images takes 2.7 s, 17× the same step without the loop).
     The loader gets a balanced sample of source × image size × augmentation cost, as many points
-    as the largest level count squared (9 of the 27 combinations for the quick sweep)."""
+    as the largest level count squared (9 of the 27 combinations for the quick sweep); with
+    ``loader=False`` none (the study's choice: calibration does not use it by default, see
+    ``analysis.costmodel.model.fit``)."""
     def levels(k):
         vals = set(getattr(cfg, k)) | (set(getattr(cfg, f"sample_{k}")) if cfg.sample_size else set())
         return tuple(sorted(vals))
@@ -141,7 +147,7 @@ def for_sweep(cfg, repeats: int = 1) -> ComponentConfig:
     n_loader = len(src) * len(im) * len(aug)
     return ComponentConfig(model=levels("model"), precision=levels("precision"),
                            grad_accum_steps=levels("grad_accum_steps"), step_shapes=tuple(shapes),
-                           source=src, image_size=im, augment_cost=aug,
+                           source=src if loader else (), image_size=im, augment_cost=aug,
                            loader_sample=min(n_loader, max(len(src), len(im), len(aug)) ** 2),
                            width=cfg.width, depth=cfg.depth, cnn_width=cfg.cnn_width, cnn_depth=cfg.cnn_depth,
                            num_samples=cfg.num_samples, cache_dir=cfg.cache_dir, repeats=repeats,
@@ -236,6 +242,8 @@ def run(cfg: ComponentConfig, out: str | Path, progress: bool = True) -> dict:
     failed = 0
     for kind, tcs, keys, fn in (("step", cfg.step_configs(), STEP_KEYS, measure_step),
                                 ("loader", cfg.loader_configs(), LOADER_KEYS, measure_loader)):
+        if not tcs:
+            continue
         d = out / f"{kind}_probe"
         d.mkdir(parents=True, exist_ok=True)
         results.write_json_atomic(d / "config.json", {"experiment": f"{kind} probe", "config": to_flat_dict(cfg),

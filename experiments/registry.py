@@ -236,6 +236,16 @@ def _components_main(cfg, preset, run_id=None, results_root=None):
     return components.main(cfg, preset, run_id=run_id, results_root=results_root)
 
 
+def _recommend_presets():
+    from experiments import recommend
+    return recommend.PRESETS
+
+
+def _recommend_main(cfg, preset, run_id=None, results_root=None):
+    from experiments import recommend
+    return recommend.main(cfg, preset, run_id=run_id, results_root=results_root)
+
+
 def _env_presets():
     from experiments import envcheck
     return envcheck.PRESETS
@@ -267,6 +277,9 @@ EXPERIMENTS: dict[str, Experiment] = {
     "components": Experiment("the cost model's parts over many shapes: the training step alone (on a batch already "
                              "on the device) and the loader alone, resumable; 'costmodel fit' reads them",
                              _Lazy(_components_presets), "quick", _components_main),
+    "recommend": Experiment("the cost model's recommendation (cheapest loader setup within 5% of the best predicted) "
+                            "measured beside the best predicted and grain.experimental.pick_performance_config's "
+                            "choice; --model_file=MODEL.json", _Lazy(_recommend_presets), "quick", _recommend_main),
     "study": Experiment("the main job: the quick sweep plus a readable report with figures",
                         _Lazy(_study_presets), "quick", _study_main, _SWEEP_OPTIONS, _SWEEP_HELP),
     "env": Experiment("check this environment: platform, devices, memory kinds, package versions against the "

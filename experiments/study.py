@@ -2,8 +2,7 @@
 scaling run and the memory footprints, written into one results folder; then ``report.md`` from
 that folder.
 
-The study only measures and writes: rows (``rows.csv``, ``probe/``, ``step_probe/``,
-``loader_probe/``, ``scaling/``, ``memory.csv``, ``rules/``)
+The study only measures and writes: rows (``rows.csv``, ``probe/``, ``step_probe/``, ``scaling/``, ``memory.csv``, ``rules/``)
 and ``study.json`` (preset, environment, seconds per stage, the error of each stage that failed).
 Its one call into analysis is ``analysis.report.build_report(folder)``, the same function as
 ``python -m analysis report FOLDER``, so a report can be rebuilt without measuring again. A stage
@@ -34,8 +33,8 @@ class StudyConfig(SweepConfig):
     # the rules of thumb ("Rules of thumb" section): 'study' reuses the sweep's and probes' rows and
     # measures only the cheap parts (experiments.rules.study, about 20 s); 'none' skips them
     rules_preset: Literal["none", "study"] = "study"
-    # the component probes (experiments.components: the step alone and the loader alone over the
-    # sweep's levels, for the cost model's calibration); 'none' skips them
+    # the step probe (experiments.components: the step alone over the sweep's model × precision ×
+    # accumulation cells, for the cost model's calibration); 'none' skips it
     components_preset: Literal["none", "study"] = "study"
 
 
@@ -71,16 +70,16 @@ def run_probes(cfg: StudyConfig, out: Path):
 
 
 def run_components(cfg: StudyConfig, out: Path):
-    """The component probes of the study's sweep into ``out/step_probe`` and ``out/loader_probe``
-    (resumable): the parts the cost model composes, over more shapes than the sweep runs."""
+    """The step probe of the study's sweep into ``out/step_probe`` (resumable): the step alone over
+    every model × precision × accumulation cell the sweep samples, for the cost model. (The loader
+    probe is left out: calibration does not use it by default.)"""
     if cfg.components_preset == "none":
         return None
     from experiments import components
-    print("component probes (the step alone, the loader alone) …", flush=True)
-    res = components.run(components.for_sweep(cfg), out, progress=False)
+    print("step probe (the step alone per model, precision and accumulation) …", flush=True)
+    res = components.run(components.for_sweep(cfg, loader=False), out, progress=False)
     if res["failed"]:
-        raise RuntimeError(f"{res['failed']} component probe shape(s) failed; see step_probe/rows.csv and "
-                           f"loader_probe/rows.csv")
+        raise RuntimeError(f"{res['failed']} step probe shape(s) failed; see step_probe/rows.csv")
     return res
 
 

@@ -76,7 +76,7 @@ def cmd_fit(args) -> int:
     from analysis.costmodel.model import fit
     d = read_dirs(args.results)
     model = fit(d["rows"], d["probes"], d["steps"], d["step_probe"], sources=args.results,
-                loader_probe=d["loader_probe"])
+                loader_probe=d["loader_probe"] if args.loader_probe else None)
     out = Path(args.out or Path(args.results[0]) / "costmodel.json")
     model.save(out)
     print(model.report())
@@ -137,8 +137,8 @@ def cmd_cv(args) -> int:
     from analysis.costmodel.evaluate import cross_validate, summary, worst
     d = read_dir(args.results)
     cmp = cross_validate(d["rows"], kind=args.kind, folds=args.folds, seed=args.seed, probes=d["probes"],
-                         steps=d["steps"], step_probe=d["step_probe"], loader_probe=d["loader_probe"],
-                         step=args.step)
+                         steps=d["steps"], step_probe=d["step_probe"],
+                         loader_probe=d["loader_probe"] if args.loader_probe else None, step=args.step)
     s = summary(cmp)
     s["kind"] = args.kind
     s["step"] = args.step
@@ -158,6 +158,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
     f = sub.add_parser("fit", help="calibrate on one or more results folders")
     f.add_argument("results", nargs="+", help="results folders (rows.csv; probe/ and steps.csv if present)")
     f.add_argument("--out", help="model file (default RESULTS_DIR/costmodel.json)")
+    f.add_argument("--loader_probe", action="store_true",
+                   help="fit the loader terms to loader_probe/rows.csv too (off by default: on the committed "
+                        "study it raised the held-out error; see analysis.costmodel.model.fit)")
     f.set_defaults(_action=cmd_fit)
     pr = sub.add_parser("predict", help="predict configurations")
     pr.add_argument("model", help="MODEL.json from 'costmodel fit'")
@@ -172,6 +175,16 @@ def add_args(p: argparse.ArgumentParser) -> None:
                    help="each configuration's step: from the model (default) or its own measured device-resident bound")
     c.add_argument("--json", action="store_true")
     c.set_defaults(_action=cmd_compare)
+    r = sub.add_parser("recommend", help="the cheapest loader configuration within a tolerance of the best predicted")
+    r.add_argument("model")
+    r.add_argument("--base", help="configurations CSV whose fastest row is recommended around (default: the "
+                                  "fastest measured configuration of the model's first folder)")
+    r.add_argument("--cpu_budget", type=int, help="cores the loader's workers may take (default: the host's)")
+    r.add_argument("--ram_budget_mb", type=float, help="host MiB the loader's buffers may hold (default: no limit)")
+    r.add_argument("--tolerance", type=float, default=0.05, help="how far below the best (default 0.05)")
+    r.add_argument("--top", type=int, default=12, help="candidates printed (default 12)")
+    r.add_argument("--json", action="store_true")
+    r.set_defaults(_action=cmd_recommend)
     v = sub.add_parser("cv", help="cross-validate on one results folder")
     v.add_argument("results")
     v.add_argument("--kind", choices=("kfold", "lokvo"), default="kfold")
@@ -181,6 +194,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
                    help="the held-out configurations' step: from the step model with their own shapes held out "
                         "of the step probe (default), or their own measured device-resident bound (then only "
                         "the pipeline around the step is predicted)")
+    v.add_argument("--loader_probe", action="store_true",
+                   help="fit the loader terms to loader_probe/rows.csv too (off by default: on the committed "
+                        "study it raised the held-out error; see analysis.costmodel.model.fit)")
     v.add_argument("--json", action="store_true")
     v.set_defaults(_action=cmd_cv)
 
@@ -203,9 +219,49 @@ def add_whatif_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true")
 
 
+def base_config(model, base_csv: str | None, what: str) -> pd.DataFrame:
+    """One configuration: the fastest of ``base_csv`` (a configurations CSV or a measured rows.csv)
+    or, without it, the fastest measured configuration of the first folder the model was fitted on."""
+    from analysis.costmodel.model import measured_configs
+    if base_csv:
+        if not Path(base_csv).is_file():
+            raise CostModelError(f"--base {base_csv!r}: no such file")
+        base = pd.read_csv(base_csv)
+        base = base.drop_duplicates("config_id") if "config_id" in base else base
+    else:
+        if not model.sources or not (Path(model.sources[0]) / "rows.csv").is_file():
+            raise CostModelError(f"{what}: the model's rows are not at hand; give --base CONFIGS.csv")
+        base = measured_configs(read_dir(model.sources[0])["rows"])
+    base = base.sort_values("samples_per_s", ascending=False).head(1) if "samples_per_s" in base else base.head(1)
+    return base.reset_index(drop=True)
+
+
+def cmd_recommend(args) -> int:
+    from analysis.costmodel.model import load
+    from analysis.costmodel.recommend import choice, describe, recommend
+    model = load(args.model)
+    base = base_config(model, args.base, "recommend")
+    if args.ram_budget_mb is not None and not args.ram_budget_mb > 0:
+        raise CostModelError(f"--ram_budget_mb {args.ram_budget_mb!r}: a positive number of MiB")
+    table = recommend(model, base, cpu_budget=args.cpu_budget, tolerance=args.tolerance,
+                      ram_budget_bytes=None if args.ram_budget_mb is None else args.ram_budget_mb * 2**20)
+    cols = ["num_workers", "prefetch_buffer_size", "feed", "samples_per_s", "speed_vs_best", "host_bytes",
+            "within_budget", "near_best", "recommended", "bottleneck"]
+    shown = table[table.within_budget].sort_values("samples_per_s", ascending=False)
+    print(shown[cols].head(args.top).to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    print(describe(table))
+    if args.json:
+        r = choice(table)
+        _print_json({"num_workers": int(r.num_workers), "prefetch_buffer_size": int(r.prefetch_buffer_size),
+                     "feed": r.feed, "samples_per_s": float(r.samples_per_s), "speed_vs_best": float(r.speed_vs_best),
+                     "host_bytes": int(r.host_bytes), "device_bytes": int(r.device_bytes),
+                     "bottleneck": r.bottleneck, "extrapolated": r.extrapolated})
+    return 0
+
+
 def run_whatif(args: argparse.Namespace) -> int:
     from analysis.costmodel.evaluate import whatif
-    from analysis.costmodel.model import load, measured_configs
+    from analysis.costmodel.model import load
     try:
         model = load(args.model)
         changes, hierarchy, cores = {}, None, None
@@ -225,16 +281,7 @@ def run_whatif(args: argparse.Namespace) -> int:
                 raise CostModelError(f"--set {key!r}: not a knob; known: hierarchy, cpu_count, {', '.join(KNOB_DEFAULTS)}")
         if not args.set:
             raise CostModelError("whatif: give at least one --set KEY=VALUE")
-        if args.base:
-            base = pd.read_csv(args.base).drop_duplicates("config_id") if Path(args.base).is_file() else None
-            if base is None:
-                raise CostModelError(f"--base {args.base!r}: no such file")
-        else:
-            if not model.sources or not (Path(model.sources[0]) / "rows.csv").is_file():
-                raise CostModelError("whatif: the model's rows are not at hand; give --base CONFIGS.csv")
-            base = measured_configs(read_dir(model.sources[0])["rows"])
-        base = base.sort_values("samples_per_s", ascending=False).head(1) if "samples_per_s" in base else base.head(1)
-        table = whatif(model, base.reset_index(drop=True), changes, hierarchy=hierarchy, cpu_count=cores)
+        table = whatif(model, base_config(model, args.base, "whatif"), changes, hierarchy=hierarchy, cpu_count=cores)
     except (CostModelError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

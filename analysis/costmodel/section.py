@@ -71,14 +71,14 @@ def parts_figure(comp: pd.DataFrame, labels: list[str]) -> Figure:
 
 
 def _inputs(study):
-    """(rows, probe rows, steps, step probe, loader probe) of an ``analysis.report.StudyResults``."""
+    """(rows, probe rows, steps, step probe) of an ``analysis.report.StudyResults``. The loader probe
+    is not read: see :func:`analysis.costmodel.model.fit`."""
     from experiments.results import read_csv_rows
 
     def opt(rel):
         f = study.path / rel
         return read_csv_rows(f) if f.is_file() else None
-    return (study.runs, study.probe_raw, opt("steps.csv"), opt("step_probe/rows.csv"),
-            opt("loader_probe/rows.csv"))
+    return study.runs, study.probe_raw, opt("steps.csv"), opt("step_probe/rows.csv")
 
 
 #: the last study calibrated: (its runs frame, its calibration). Both sections read one calibration
@@ -93,19 +93,18 @@ def _calibration(study) -> dict:
         return {"message": "No measured rows: nothing to calibrate on."}
     if _LAST[0] is study.runs:
         return _LAST[1]
-    rows, probes, steps, step_probe, loader_probe = _inputs(study)
+    rows, probes, steps, step_probe = _inputs(study)
     try:
         meas = measured_configs(rows)
         folds = min(FOLDS, len(meas))
         transfer = transfer_from_probes(probes)
-        model = fit(rows, steps=steps, transfer=transfer, sources=[str(study.path)], step_probe=step_probe,
-                    loader_probe=loader_probe)
+        model = fit(rows, steps=steps, transfer=transfer, sources=[str(study.path)], step_probe=step_probe)
         both = cross_validate(rows, kind="kfold", folds=folds, steps=steps, transfer=transfer,
-                              step_probe=step_probe, loader_probe=loader_probe, step="both")
+                              step_probe=step_probe, step="both")
         cmp = both[both.step == "predicted"].drop(columns="step").reset_index(drop=True)
         cmp_step = both[both.step == "measured"].drop(columns="step").reset_index(drop=True)
         out = {"meas": meas, "model": model, "cmp": cmp, "cmp_step": cmp_step, "folds": folds,
-               "probed": [k for k, v in (("step", step_probe), ("loader", loader_probe)) if v is not None]}
+               "probed": step_probe is not None}
     except CostModelError as e:
         out = {"message": f"The cost model could not be calibrated on this study: {e}"}
     _LAST[:] = [study.runs, out]
@@ -130,10 +129,10 @@ def predicted_section(study) -> str:
     meas, model, cmp, folds = c["meas"], c["model"], c["cmp"], c["folds"]
     s, s2 = summary(cmp), summary(c["cmp_step"])
     goal = s["median_abs_rel_error"] <= 0.05 and s["max_abs_rel_error"] <= 0.15 and s["kendall_tau"] >= 0.8
-    probed = (f"The component probes ({' and '.join(c['probed'])}: `{'`, `'.join(k + '_probe/' for k in c['probed'])}`) "
-              f"enter the calibration; a held-out configuration's own probe shapes are held out with it."
-              if c["probed"] else "This study has no component probes (`step_probe/`, `loader_probe/`); the "
-              "step and loader are calibrated on the sweep's rows alone.")
+    probed = ("The step probe (`step_probe/`: the step alone, per model, precision and accumulation) enters the "
+              "calibration; a held-out configuration's own step shape is held out of it."
+              if c["probed"] else "This study has no step probe (`step_probe/`); the step is calibrated on the "
+              "sweep's rows alone.")
     lines += [f"The cost model (`analysis.costmodel`) was calibrated on part of this sweep and predicted the "
               f"rest: {folds}-fold cross-validation over its {s['n']} configurations, each prediction made by a "
               f"model that never saw that configuration. Held-out **median |rel error| "

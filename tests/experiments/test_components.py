@@ -74,7 +74,8 @@ def test_bad_shapes_are_refused_before_any_work():
         components.ComponentConfig(step_shapes=((0, 8),))
 
 
-def test_the_study_probes_the_levels_its_sweep_samples():
+def test_the_study_probes_the_levels_its_sweep_samples(tmp_path):
+    assert components.for_sweep(sweep.quick(), loader=False).loader_configs() == []
     q = sweep.quick()
     c = components.for_sweep(q)
     assert set(c.model) == set(q.sample_model) and set(c.precision) == set(q.sample_precision)

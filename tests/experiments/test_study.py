@@ -34,9 +34,8 @@ def test_study_writes_report_with_table_and_figures(tmp_path, data_cache):
     assert meta["preset"] == "smoke" and meta["errors"] == {} and meta["environment"]["platform"]
     assert list(meta["stage_s"]) == ["sweep", "probes", "components", "scaling", "rules", "memory"]
     assert meta["stage_s"]["sweep"] > 0
-    for kind in ("step", "loader"):  # the component probes of the smoke sweep's one shape each
-        probe = load(d / f"{kind}_probe")
-        assert len(probe) == 1 and (probe.status == "ok").all()
+    probe = load(d / "step_probe")  # the step probe of the smoke sweep's one step shape
+    assert len(probe) == 1 and (probe.status == "ok").all() and not (d / "loader_probe").exists()
     assert "Preset `smoke`; 2 configurations × 2 repeats; measured sweep wall time" in report
     # the report is rebuilt from the folder alone, as the study wrote it
     (d / "report.md").unlink()
