@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import signal
 import sys
 import time
 from pathlib import Path
@@ -108,6 +107,8 @@ class ComponentConfig:
         return out
 
     def loader_configs(self) -> list:
+        if not (self.source and self.image_size and self.augment_cost):
+            return []  # a level list left empty: no loader probe
         if self.loader_sample:
             from experiments.sweep import design_sample
             pts = design_sample({"source": self.source, "image_size": self.image_size,
@@ -283,15 +284,9 @@ def main(cfg: ComponentConfig, preset: str, run_id: str | None = None, results_r
     ``results/components/<run_id>/`` (resumable with the same ``--run_id``)."""
     from experiments import sweep
     out = results.run_dir("components", run_id, results_root, resume=run_id is not None)
-    with sweep.interruptible() as sig:
-        try:
-            res = run(cfg, out)
-        except KeyboardInterrupt:
-            sig.caught = sig.caught or signal.SIGINT
-    if sig.caught:
-        print(f"\ninterrupted ({signal.Signals(sig.caught).name}): the finished measurements are kept in "
-              f"{out}; rerun with --run_id={out.name} to finish the rest", file=sys.stderr)
-        return sig.exit_code
+    res, code = sweep.run_interruptible(lambda: run(cfg, out), out)
+    if code is not None:
+        return code
     print(f"step probe: {len(res['step'])} rows, loader probe: {len(res['loader'])} rows, "
           f"{res['seconds']:.0f} s → {out}")
     if res["failed"]:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import signal
 import sys
 import time
 from pathlib import Path
@@ -187,15 +186,9 @@ def summary(rows: pd.DataFrame) -> pd.DataFrame:
 def main(cfg: RecommendConfig, preset: str, run_id: str | None = None, results_root: str | None = None) -> int:
     from experiments import sweep
     out = results.run_dir("recommend", run_id, results_root, resume=run_id is not None)
-    with sweep.interruptible() as sig:
-        try:
-            rows = run(cfg, out)
-        except KeyboardInterrupt:
-            sig.caught = sig.caught or signal.SIGINT
-    if sig.caught:
-        print(f"\ninterrupted ({signal.Signals(sig.caught).name}): finished runs kept in {out}; "
-              f"rerun with --run_id={out.name}", file=sys.stderr)
-        return sig.exit_code
+    rows, code = sweep.run_interruptible(lambda: run(cfg, out), out)
+    if code is not None:
+        return code
     s = summary(rows)
     if len(s):
         print(s.to_string(index=False, float_format=lambda v: f"{v:.4g}"))

@@ -407,6 +407,21 @@ class interruptible:
         return 128 + (self.caught or signal.SIGINT)
 
 
+def run_interruptible(fn, out: Path):
+    """``(fn(), None)``, or ``(None, 128 + signal)`` when SIGINT or SIGTERM stopped it; then the
+    message says the finished work is kept in ``out`` and how to resume it."""
+    with interruptible() as sig:
+        try:
+            res = fn()
+        except KeyboardInterrupt:
+            sig.caught = sig.caught or signal.SIGINT
+    if sig.caught:
+        print(f"\ninterrupted ({signal.Signals(sig.caught).name}): the finished work is kept in {out}; "
+              f"rerun with --run_id={out.name} to finish the rest", file=sys.stderr)
+        return None, sig.exit_code
+    return res, None
+
+
 def failure_summary(rows: pd.DataFrame, limit: int = 5) -> str:
     """A few lines naming what failed (configuration knobs, repeat, error)."""
     cur = results.current(rows)

@@ -88,3 +88,14 @@ def test_the_study_probes_the_levels_its_sweep_samples(tmp_path):
     for i, levels in enumerate((q.sample_source, q.sample_image_size, q.sample_augment_cost)):
         assert sorted(x[i] for x in lo) == sorted(list(levels) * 3)
     assert (c.width, c.cnn_width, c.num_samples) == (q.width, q.cnn_width, q.num_samples)
+
+
+def test_the_command_line_runs_the_preset_and_exits_zero(tmp_path, capsys):
+    from experiments.__main__ import main
+    rc = main(["components", "--preset", "smoke", f"--results_root={tmp_path}", f"--cache_dir={tmp_path / 'cache'}",
+               "--grad_accum_steps=1", "--augment_cost=0"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err[-2000:]
+    assert "step probe: 2 rows, loader probe: 2 rows" in out.out
+    assert main(["components", "--preset", "smoke", "--step_shapes=7"]) == 2
+    assert "step_shapes" in capsys.readouterr().err
