@@ -207,6 +207,7 @@ def measure_step(tc) -> dict:
 def measure_loader(tc) -> dict:
     """The loader of ``tc`` alone (no worker process, no prefetch thread): seconds per batch."""
     from experiments.loader import build_dataset
+    from experiments.train import measure_window
     t0 = time.perf_counter()
     it = iter(build_dataset(tc.loader_config(), stage_timing=False))
     next(it)
@@ -216,7 +217,6 @@ def measure_loader(tc) -> dict:
         t = time.perf_counter()
         next(it)
         return {"step_time_s": time.perf_counter() - t}
-    from experiments.train import measure_window
     w = measure_window(one, tc)
     times = np.array([r["step_time_s"] for r in w.records[w.warmup_steps:]])
     close = getattr(it, "close", None)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -124,7 +125,6 @@ def run(cfg: RecommendConfig, out_dir: Path, progress: bool = True) -> pd.DataFr
     pred = predict(model, pd.DataFrame([configs.to_flat_dict(t) for t in tcs]))
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    import shutil
     shutil.copyfile(cfg.model_file, out_dir / "costmodel.json")  # the model the predictions came from
     results.write_json_atomic(out_dir / "recommend.json", {
         "config": configs.to_flat_dict(cfg), "candidates": json.loads(table.to_json(orient="records")),
