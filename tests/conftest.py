@@ -28,17 +28,22 @@ def data_cache(tmp_path_factory):
 
 
 def _shm_guard(prefix=""):
+    """Fails if a segment that appeared while the test ran is still there 10 s after it ended.
+
+    Only the segments present when the test ends are candidates: one created later is another
+    process's (make test runs test files in parallel, and their loaders make and free segments all
+    the time), and a segment that is freed within the 10 s was in flight, not leaked."""
     from experiments.loader import shm_segments
     before = shm_segments()
     yield
     import time
+    left = {s for s in shm_segments() - before if s.startswith(prefix)}
     deadline = time.time() + 10
-    while time.time() < deadline:
-        left = {s for s in shm_segments() - before if s.startswith(prefix)}
-        if not left:
-            return
+    while left and time.time() < deadline:
         time.sleep(0.25)
-    pytest.fail(f"shared-memory segments left behind in /dev/shm: {sorted(left)}")
+        left &= shm_segments()
+    if left:
+        pytest.fail(f"shared-memory segments left behind in /dev/shm: {sorted(left)}")
 
 
 @pytest.fixture
