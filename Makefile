@@ -28,12 +28,13 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 demo: $(STAMP)
 	$(PY) -m experiments study --preset quick
 
-# The suite runs in TEST_WORKERS processes (pytest-xdist), a test file per process at a time
-# (--dist loadfile: a module's shared fixtures are built once). On the 2-core CPU, one process kept
-# 1.07 cores busy (user+sys over wall) and took 787 s of tests; TEST_WORKERS=1 runs it that way.
+# The suite runs in TEST_WORKERS processes (pytest-xdist), a group of tests per process at a time
+# (--dist loadgroup; tests/conftest.py makes the groups: a file each, the loader-fault files together).
+# On the 2-core CPU one process kept 1.07 cores busy and took 787 s of tests; two took 509 s.
+# TEST_WORKERS=1 runs it in one.
 TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 bench: $(STAMP)
 	$(PY) -m benchmarks

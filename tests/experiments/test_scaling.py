@@ -52,6 +52,46 @@ def test_longer_budget_trains_further(smoke_rows):
         assert g.train_loss.iloc[-1] < g.train_loss.iloc[0]
 
 
+@pytest.mark.parametrize("steps,warmup_frac", [(16, 0.05), (64, 0.05), (100, 0.2), (40, 0.0)])
+def test_optimizer_is_optax_adamw_with_its_schedule(steps, warmup_frac):
+    """The step counts moved into the optimizer state (one compilation per model size) change
+    nothing: the same updates as optax.adamw with optax's warm-up + cosine schedule, step by step,
+    past the end of the schedule included."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+    cfg = dataclasses.replace(scaling.quick(), warmup_frac=warmup_frac)
+    ours = scaling.optimizer(cfg, steps)
+    ref = optax.adamw(scaling.schedule(cfg, steps), b2=cfg.b2, weight_decay=cfg.weight_decay)
+    keys = jax.random.split(jax.random.key(0), steps + 6)
+    params = {"w": jax.random.normal(keys[0], (8, 4)), "b": jnp.ones((4,))}
+    p_ours, p_ref, s_ours, s_ref = params, params, ours.init(params), ref.init(params)
+    for k in keys[1:]:
+        grads = jax.tree.map(lambda x: jax.random.normal(k, x.shape), params)
+        u_ours, s_ours = ours.update(grads, s_ours, p_ours)
+        u_ref, s_ref = ref.update(grads, s_ref, p_ref)
+        p_ours, p_ref = optax.apply_updates(p_ours, u_ours), optax.apply_updates(p_ref, u_ref)
+        for a, b in zip(jax.tree.leaves(p_ours), jax.tree.leaves(p_ref)):
+            np.testing.assert_allclose(a, b, rtol=2e-6, atol=1e-7)
+    assert int(s_ours[-1].count) == steps + 5
+
+
+def test_points_of_one_size_share_one_compilation_and_train_as_if_compiled_alone():
+    cfg = scaling.smoke()
+    w, d = cfg.widths[0], cfg.depths[0]
+    shared: dict = {}
+    first = scaling.run_point(cfg, w, d, cfg.token_budgets[0], compiled=shared)
+    executables = dict(shared)
+    assert sorted(executables) == [(w, d), (w, d, "eval")]  # the train step and the evaluation
+    second = scaling.run_point(cfg, w, d, cfg.token_budgets[1], compiled=shared)
+    assert {k: id(v) for k, v in shared.items()} == {k: id(v) for k, v in executables.items()}  # reused
+    alone = scaling.run_point(cfg, w, d, cfg.token_budgets[1])  # its own compilation
+    assert second["steps"] == alone["steps"] == 2 * first["steps"]
+    for key in ("first_loss", "train_loss_last", "val_loss"):
+        assert second[key] == pytest.approx(alone[key], rel=1e-5), key
+    assert second["xla_flops_per_step"] == alone["xla_flops_per_step"]
+
+
 def test_resume_skips_finished_points(smoke_rows):
     out, rows = smoke_rows
     again = scaling.run(scaling.smoke(), out, progress=False)
