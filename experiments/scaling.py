@@ -107,11 +107,12 @@ def smoke() -> ScalingConfig:
 
 
 def quick() -> ScalingConfig:
-    """Five sizes (≈21k to ≈0.9M params: 1.6 decades) × three budgets (33k to 131k tokens): 2 min 12 s
-    on a 2-core CPU on a slow day (the study runs it; 65k–262k took 2 min 16 s on a fast day and
-    3 min 29 s on a slow one, too much of the demo's 8 minutes)."""
+    """Five sizes (≈21k to ≈0.9M params: 1.6 decades) × three budgets (20k to 82k tokens, 10 to 40
+    steps): the study runs it inside the demo's 8 minutes. With 33k–131k tokens it took 103 s on a
+    2-core CPU on a slow day, 55 s of them training (one compilation per size; 148 s when each point
+    compiled its own step), and 65k–262k took 2 min 16 s on a fast day and 3 min 29 s on a slow one."""
     return ScalingConfig(widths=(24, 32, 64, 96, 128), depths=(1, 1, 2, 3, 4),
-                         token_budgets=(32_768, 65_536, 131_072), val_windows=256)
+                         token_budgets=(20_480, 40_960, 81_920), val_windows=256)
 
 
 def full() -> ScalingConfig:
