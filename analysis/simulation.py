@@ -154,7 +154,8 @@ def _measured_vs_simulated(ok: pd.DataFrame, service: pd.DataFrame, base: Pipeli
     except ConfigError as e:
         return f"The measured configurations could not be simulated as they are: {e}.\n", None
     meas = pd.to_numeric(ok["samples_per_s"], errors="coerce").to_numpy()
-    comp = pd.DataFrame({k: ok[k].to_numpy() for k in use if k in knobs})
+    comp = pd.DataFrame({k: ok[k].to_numpy() for k in (["config_id"] if "config_id" in ok else []) + use if k in knobs
+                         or k == "config_id"})
     comp["measured samples/s"] = meas
     comp["simulated samples/s"] = sim["samples_per_s"].to_numpy()
     comp["rel error"] = comp["simulated samples/s"] / comp["measured samples/s"] - 1
@@ -166,9 +167,10 @@ def _measured_vs_simulated(ok: pd.DataFrame, service: pd.DataFrame, base: Pipeli
     text = (f"{skipped} measured row(s) with values the model does not know were left out. " if skipped else "")
     text += (f"Simulating each of the {len(comp)} measured configurations with its own measured "
             f"service times gives a median |relative error| in samples/s of {med:.0%} "
-            f"(uncalibrated: transfer link, queueing and distribution shapes are defaults; a later "
-            f"stage calibrates them).\n\n")
-    show = comp.sort_values("measured samples/s", ascending=False).head(12)
+            f"(uncalibrated: transfer link, queueing and distribution shapes are defaults, and the "
+            f"loader's workers and the step do not compete for the host's cores; \"Calibrated\" below "
+            f"fits them).\n\n")
+    show = comp.sort_values("measured samples/s", ascending=False).head(12).drop(columns="config_id", errors="ignore")
     return text + _table(show) + "\n", comp
 
 
@@ -345,12 +347,29 @@ def simulation_section(measured: pd.DataFrame | None, out_dir: Path) -> str:
     return "\n".join(lines)
 
 
+def measured_vs_simulated(measured: pd.DataFrame) -> pd.DataFrame | None:
+    """Each measured ``ok`` row simulated with its own measured service times (uncalibrated): the
+    row's knobs (and ``config_id``), ``measured samples/s``, ``simulated samples/s``, ``rel error``,
+    ``bottleneck``; None when the rows name no pipeline knob or cannot be simulated."""
+    ok = measured[measured["status"] == "ok"] if "status" in measured else measured
+    ok = ok.reset_index(drop=True)
+    if not len(ok):
+        return None
+    service, _ = _row_service(ok)
+    knobs = [k for k in SECTION_KNOBS if k in ok and ok[k].notna().any()]
+    return _measured_vs_simulated(ok, service, _base(service, ok), knobs)[1]
+
+
 def section(study) -> str:
     """The report's "## Simulation" section of a study (``analysis.report.StudyResults``): the
-    configurations that finished, simulated beside the measured ones; figures go to ``study.path``."""
+    configurations that finished, simulated beside the measured ones, uncalibrated and then
+    calibrated (``analysis.costmodel.section.calibrated_simulation``); figures go to ``study.path``."""
+    from analysis.costmodel.section import calibrated_simulation
     rows = study.rows
     ok = rows[rows.status == "ok"] if len(rows) and "status" in rows else rows
-    return simulation_section(ok, study.path)
+    text = simulation_section(ok, study.path)
+    uncalibrated = measured_vs_simulated(ok) if len(ok) else None
+    return text + "\n" + calibrated_simulation(study, uncalibrated)
 
 
 # Figures (matplotlib, Agg backend). Each takes a DataFrame produced by ``memsim``

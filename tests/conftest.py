@@ -58,19 +58,11 @@ def shm_guard():
 LATEST_DOCTEST_MODULES = ("memsim/footprint.py",)
 
 
-# make test runs the suite in two processes (pytest-xdist, --dist loadgroup). Each file is a group,
-# run whole by one process, so its module fixtures are built once; except these files, whose tests kill,
-# hang or interrupt loaders and check /dev/shm for what they leave: they share one group and run one
-# after another, so the segments a hung loader of one test still holds are never counted as another
-# test's leak (seen once with the files spread over both processes).
-LOADER_FAULT_FILES = ("tests/experiments/test_train.py", "tests/experiments/test_sweep.py",
-                      "tests/experiments/test_distributed.py", "tests/experiments/test_memory.py",
-                      "tests/experiments/test_hosts.py")
-
-
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if isinstance(item, pytest.DoctestItem) and item.nodeid.startswith(LATEST_DOCTEST_MODULES):
             item.add_marker(pytest.mark.latest)
-        path = item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group("loader-faults" if path in LOADER_FAULT_FILES else path))
+        if "shm_guard" in getattr(item, "fixturenames", ()):
+            # make test runs these alone, after the rest: /dev/shm is shared by every process, so a
+            # segment another test makes (or leaks) while one of these runs would count as its leak
+            item.add_marker(pytest.mark.shm_guard)

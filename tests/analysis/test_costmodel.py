@@ -297,3 +297,46 @@ def test_command_line_fit_compare_whatif(tmp_path, capsys):
     # the real entry point: a bad folder is one line on stderr and exit status 2
     r = _cli("costmodel", "cv", tmp_path)
     assert r.returncode == 2 and "rows.csv" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_worker_curve_is_the_longest_run_that_differs_only_in_workers():
+    from analysis.costmodel.section import worker_curve
+    meas = pd.DataFrame({"model": "mlp", "batch_size": [64, 64, 64, 64, 64, 32, 32],
+                         "feed": ["none", "none", "none", "double_buffer", "double_buffer", "none", "none"],
+                         "num_workers": [2, 0, 1, 0, 2, 0, 1], "samples_per_s": [1.0, 2, 3, 9, 9, 9, 9]})
+    fixed, pts = worker_curve(meas)
+    assert fixed == {"model": "mlp", "batch_size": 64, "feed": "none"}
+    assert pts.num_workers.tolist() == [0, 1, 2] and pts.samples_per_s.tolist() == [2, 3, 1]
+    assert worker_curve(meas.iloc[[0, 3, 5]]) is None  # no two differ only in their workers
+
+
+def test_calibrated_simulation_of_the_committed_study(tmp_path):
+    """The Simulation section's calibrated part on the committed quick study: the calibrated simulator
+    fits the sweep better than the uncalibrated one, its held-out numbers are those of "Predicted vs
+    measured", and the worker curve it draws follows what the table says."""
+    import re
+    import shutil
+    from analysis import simulation
+    from analysis.costmodel.section import WORKERS_FILE, calibrated_simulation, predicted_section
+    from analysis.report import StudyResults
+    d = tmp_path / "study"
+    shutil.copytree(STUDY, d)
+    study = StudyResults.load(d)
+    unc = simulation.measured_vs_simulated(study.rows)
+    assert {"config_id", "simulated samples/s", "bottleneck"} <= set(unc.columns)
+    md = calibrated_simulation(study, unc)
+    assert md.startswith("### Calibrated")
+    m = re.search(r"Uncalibrated, .*?median \|rel error\| ([\d.]+)%.*?Calibrated: \*\*([\d.]+)%\*\* median.*?"
+                  r"held out of the fit \(5-fold.*?\) ([\d.]+)% median", md, re.S)
+    uncal, fitted, held = (float(g) for g in m.groups())
+    assert fitted < held and fitted < uncal / 2, (uncal, fitted, held)
+    assert f"median |rel error| {held}%" in predicted_section(study)  # the same cross-validation
+    rows = [ln for ln in md.split("![")[0].splitlines() if ln.startswith("| ") and "configuration" not in ln]
+    assert len(rows) == study.runs.config_id.nunique()
+    assert (d / WORKERS_FILE).stat().st_size > 5000 and f"]({WORKERS_FILE})" in md
+    for a, b, m_dir, m0, m1, p_dir, p0, p1 in re.findall(
+            r"(\d+) → (\d+) workers: measured (within noise|faster|slower) \((\d+) → (\d+)\), "
+            r"calibrated (faster|slower) \((\d+) → (\d+)\)", md):
+        assert p_dir == ("faster" if int(p1) > int(p0) else "slower")
+        if m_dir != "within noise":
+            assert m_dir == ("faster" if int(m1) > int(m0) else "slower")
