@@ -206,6 +206,13 @@ def whatif_section(study) -> str:
     return "\n".join(lines)
 
 
+def _full_label(r) -> str:
+    """Every knob the sweep varies: model, source, precision, batch × micro-batches, image, augmentation
+    passes, workers, prefetch, feed."""
+    return (f"{r.model} {r.source} {r.precision} b{r.batch_size}×{r.grad_accum_steps} i{r.image_size} "
+            f"a{r.augment_cost} w{r.num_workers} p{r.prefetch_buffer_size} {r.feed}")
+
+
 def worker_curve(meas: pd.DataFrame) -> tuple[dict, pd.DataFrame] | None:
     """The measured configurations that differ only in ``num_workers``, the longest such run (ties:
     the fastest): (the knobs they share, their rows sorted by workers); None when no two
@@ -269,7 +276,7 @@ def calibrated_simulation(study, uncalibrated: pd.DataFrame | None) -> str:
         return "\n".join(lines + [c["message"], ""])
     meas, model, held = c["meas"], c["model"], c["cmp"]
     fitted = compare(meas, predict(model, meas))
-    table = pd.DataFrame({"configuration": [f"{_label(r)} p{r.prefetch_buffer_size}" for _, r in meas.iterrows()],
+    table = pd.DataFrame({"configuration": [_full_label(r) for _, r in meas.iterrows()],
                           "measured": [f"{r.samples_per_s:.0f} [{r.samples_per_s_lo:.0f}, {r.samples_per_s_hi:.0f}]"
                                        for _, r in meas.iterrows()]})
     unc_err = None
