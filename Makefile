@@ -31,7 +31,8 @@ demo: $(STAMP)
 # The suite runs in TEST_WORKERS processes (pytest-xdist; a test file per process at a time, so a
 # module's fixtures are built once), then the tests that check /dev/shm for leftovers run alone: a
 # segment another test makes while one of them runs would count as its leak. On the 2-core CPU one
-# process kept 1.07 cores busy and took 787 s of tests; two took 509 s. TEST_WORKERS=1: one process.
+# process kept 1.07 cores busy and took 787 s of tests; two, then the guarded ones alone, 461 s + 86 s.
+# TEST_WORKERS=1: one process.
 TEST_WORKERS ?= 2
 test: $(STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not shm_guard"; a=$$?; \

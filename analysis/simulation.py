@@ -154,8 +154,9 @@ def _measured_vs_simulated(ok: pd.DataFrame, service: pd.DataFrame, base: Pipeli
     except ConfigError as e:
         return f"The measured configurations could not be simulated as they are: {e}.\n", None
     meas = pd.to_numeric(ok["samples_per_s"], errors="coerce").to_numpy()
-    comp = pd.DataFrame({k: ok[k].to_numpy() for k in (["config_id"] if "config_id" in ok else []) + use if k in knobs
-                         or k == "config_id"})
+    comp = pd.DataFrame({k: ok[k].to_numpy() for k in use if k in knobs})
+    if "config_id" in ok:
+        comp.insert(0, "config_id", ok["config_id"].to_numpy())
     comp["measured samples/s"] = meas
     comp["simulated samples/s"] = sim["samples_per_s"].to_numpy()
     comp["rel error"] = comp["simulated samples/s"] / comp["measured samples/s"] - 1
@@ -193,6 +194,11 @@ def simulation_section(measured: pd.DataFrame | None, out_dir: Path) -> str:
         >>> md.startswith("## Simulation")  # doctest: +SKIP
         True
     """
+    return _section(measured, out_dir)[0]
+
+
+def _section(measured: pd.DataFrame | None, out_dir: Path) -> tuple[str, pd.DataFrame | None]:
+    """``simulation_section``'s text, and its simulation of each measured row (or None)."""
     if measured is None:
         measured = pd.DataFrame()
     if not isinstance(measured, pd.DataFrame):
@@ -245,8 +251,9 @@ def simulation_section(measured: pd.DataFrame | None, out_dir: Path) -> str:
                  f"per micro-batch, batch {base.batch_size}.")
     lines.append("")
 
+    comp = None
     if len(ok) and knobs:
-        text, _ = _measured_vs_simulated(ok, service, base, knobs)
+        text, comp = _measured_vs_simulated(ok, service, base, knobs)
         if text:
             lines += ["### Measured configurations, simulated", "", text]
 
@@ -344,7 +351,7 @@ def simulation_section(measured: pd.DataFrame | None, out_dir: Path) -> str:
               f"with N where the loader's variable times meet too little headroom and buffering; "
               f"deterministic service times lose nothing.",
               "", f"![Throughput against hosts]({HOSTS_FILE})", ""]
-    return "\n".join(lines)
+    return "\n".join(lines), comp
 
 
 def measured_vs_simulated(measured: pd.DataFrame) -> pd.DataFrame | None:
@@ -367,8 +374,7 @@ def section(study) -> str:
     from analysis.costmodel.section import calibrated_simulation
     rows = study.rows
     ok = rows[rows.status == "ok"] if len(rows) and "status" in rows else rows
-    text = simulation_section(ok, study.path)
-    uncalibrated = measured_vs_simulated(ok) if len(ok) else None
+    text, uncalibrated = _section(ok, study.path)
     return text + "\n" + calibrated_simulation(study, uncalibrated)
 
 

@@ -12,6 +12,8 @@ sweep beside the uncalibrated one, configuration by configuration and along the 
 
 from __future__ import annotations
 
+import textwrap
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -247,7 +249,6 @@ def workers_figure(curve: pd.DataFrame, measured: pd.DataFrame, title: str) -> F
     unc = measured.dropna(subset=["uncalibrated"])
     if len(unc):
         ax.plot(unc.num_workers, unc.uncalibrated, "x", color="C3", ms=8, mew=2, label="uncalibrated simulator")
-    import textwrap
     ax.set(xlabel="num_workers", ylabel="samples/s", ylim=(0, None))
     ax.set_title("\n".join(textwrap.wrap(title, 70)), fontsize=8)
     ax.set_xticks(curve.num_workers)
