@@ -33,7 +33,7 @@ or a knob, and ``C`` is the host's core count from the rows):
 ``fit`` calibrates the step parameters on the device-resident step times and the rest on the
 measured samples/s (and, for runs without workers, on the per-sample loader times the transforms
 stamped, which are uncontended there) by least squares on log-ratios (scipy ``least_squares``);
-standard errors come from the Jacobian at the optimum, lmfit-style. ``predict`` maps each
+standard errors come from a central-difference Jacobian at the optimum, lmfit-style. ``predict`` maps each
 configuration onto a :class:`memsim.pipeline.PipelineConfig` whose stage times are the contended
 ones above (the workers as the transform stage, the step and main-thread work as compute, the copy
 as transfer; when the cores are the bottleneck every stage is slowed by the same
@@ -61,6 +61,7 @@ SOURCES = ("ram", "memmap", "arrayrecord")
 PRECISIONS = ("fp32", "bf16")
 REF_PIXELS = 32 * 32 * 3
 Z95 = 1.959963984540054
+JAC_STEP = 1e-3  # log-space step of the Jacobian the standard errors come from (see _lsq)
 
 STEP_FIXED = ("step_overhead_s", "update_s_per_param")
 LOADER_PARAMS = ("sample_base_s", "pixel_s", "augment_pass_base_s", "augment_pass_s", "read_memmap_s",
@@ -366,7 +367,16 @@ def _lsq(residual, names: list, fixed: dict):
     vals = np.exp(res.x)
     dof = max(len(res.fun) - len(names), 1)
     s2 = float(res.fun @ res.fun) / dof
-    J = res.jac
+    # The standard errors take the Jacobian by central differences over ±JAC_STEP in log space
+    # (±0.1% of each parameter), not the optimizer's own (forward steps of ~1e-8): the cycle time is a
+    # max() of terms, and at a configuration sitting on a kink the 1e-8 step picks a side by the last
+    # bits of the arithmetic. The same study rebuilt on an AMD and an Intel 2-core machine gave
+    # step_straggler a stderr of 6.2 and 0.28 that way.
+    J = np.empty((len(res.fun), len(names)))
+    for j in range(len(names)):
+        e = np.zeros(len(names))
+        e[j] = JAC_STEP
+        J[:, j] = (fun(res.x + e) - fun(res.x - e)) / (2 * JAC_STEP)
     free = ~(np.isclose(res.x, lo, atol=1e-6) | np.isclose(res.x, hi, atol=1e-6)) & (np.abs(J).sum(0) > 0)
     se_log = np.full(len(names), np.nan)
     if free.any():

@@ -626,18 +626,22 @@ def compute_optimal(fit: ScalingFit, flops) -> ComputeOptimal:
         # A resample can drive E (or A, B) to exactly 0.0 (its log-parameter below -745): read that as
         # the smallest positive double, a term that no longer matters, rather than log(0) = -inf.
         log_pos = lambda name: np.log(np.maximum(col(name), np.finfo(np.float64).tiny))  # noqa: E731
-        ln, ld, ll, ab, bb, lg = _optimal_log(
-            log_pos("E"), log_pos("A"), log_pos("B"), col("alpha"), col("beta"), log_c[None, :]
-        )
-        # Percentiles of the logs, mapped back: the same order statistics, and no overflow.
-        for name, arr in (("n_opt", ln), ("d_opt", ld), ("tokens_per_param", ld - ln), ("loss_opt", ll)):
-            lo, hi = np.percentile(arr, q, axis=0)
-            frontier[f"{name}_low"] = np.exp(lo)
-            frontier[f"{name}_high"] = np.exp(hi)
-        for i, arr in enumerate((ab[:, 0], bb[:, 0])):
-            lo, hi = np.percentile(arr, q)
-            exponents.loc[i, ["stderr", "ci_low", "ci_high"]] = [np.std(arr, ddof=1), lo, hi]
-        lo, hi = np.percentile(lg[:, 0], q)
+        # A resample with an exponent near 0 sends its optimum to ±inf (inf − inf in the loss, and
+        # between two infinite order statistics a NaN bound): that is the interval's honest value, so
+        # numpy's warnings about it are silenced rather than printed on every report.
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            ln, ld, ll, ab, bb, lg = _optimal_log(
+                log_pos("E"), log_pos("A"), log_pos("B"), col("alpha"), col("beta"), log_c[None, :]
+            )
+            # Percentiles of the logs, mapped back: the same order statistics, and no overflow.
+            for name, arr in (("n_opt", ln), ("d_opt", ld), ("tokens_per_param", ld - ln), ("loss_opt", ll)):
+                lo, hi = np.percentile(arr, q, axis=0)
+                frontier[f"{name}_low"] = np.exp(lo)
+                frontier[f"{name}_high"] = np.exp(hi)
+            for i, arr in enumerate((ab[:, 0], bb[:, 0])):
+                lo, hi = np.percentile(arr, q)
+                exponents.loc[i, ["stderr", "ci_low", "ci_high"]] = [np.std(arr, ddof=1), lo, hi]
+            lo, hi = np.percentile(lg[:, 0], q)
         exponents.loc[2, ["ci_low", "ci_high"]] = [np.exp(lo), np.exp(hi)]
         exponents["n_valid"] = len(s)
     return ComputeOptimal(frontier=frontier, exponents=exponents)

@@ -35,6 +35,25 @@ def _sections(md: str) -> dict[str, str]:
     return out
 
 
+_NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+
+
+def _assert_same_but_fitted_numbers(new: str, old: str, what: str, rtol: float = 0.1) -> None:
+    """The same text, and each number within ``rtol`` of the old one or 2 units of its last printed digit.
+
+    The cost model's sections come from least-squares fits (18 parameters; 11 configurations in a
+    cross-validation fold) that are not identical across CPUs: the same committed folder rebuilt on
+    an AMD and on an Intel 2-core machine gave 313.3% and 313.0% for the largest held-out error, and
+    rows perturbed by 1e-9 moved one held-out prediction from +9% to +11%. The text, the table rows,
+    the parameters and every number to this tolerance must still agree.
+    """
+    assert _NUMBER.sub("#", new) == _NUMBER.sub("#", old), what
+    for a, b in zip(_NUMBER.findall(new), _NUMBER.findall(old)):
+        digits = len(b.split("e")[0].partition(".")[2])
+        unit = 10.0 ** -digits * (10.0 ** int(b.split("e")[1]) if "e" in b else 1.0)
+        assert abs(float(a) - float(b)) <= max(rtol * abs(float(b)), 2 * unit), f"{what}: {a} vs {b}"
+
+
 @pytest.fixture(scope="module")
 def rebuilt(tmp_path_factory):
     """The committed study folder copied, its report.md removed, rebuilt (scaling bootstrap off for time)."""
@@ -62,17 +81,17 @@ def test_committed_folder_rebuilds_with_its_numbers(rebuilt):
     assert [t for t in new if t in old] == list(old)  # a folder written before a section existed gains it
     if "Rules of thumb" not in old:  # no rules/ folder: the section says how to measure it
         assert "python -m experiments rules --preset quick" in new["Rules of thumb"]
-    for title in ("Machine and environment", "Measured sweep", "Hierarchy", "Memory", "Simulation"):
+    for title in ("Machine and environment", "Measured sweep", "Hierarchy", "Memory"):
         assert new[title] == old[title], title  # the same text and numbers as the report the study wrote
-    for title in ("Predicted vs measured", "What if"):  # the cost model refitted and cross-validated alike
-        assert new[title].replace(str(d), "results/cpu-2core/study") == old[title], title
+    for title in ("Simulation", "Predicted vs measured", "What if"):  # the cost model refitted and cross-validated
+        _assert_same_but_fitted_numbers(new[title].replace(str(d), "results/cpu-2core/study"), old[title], title)
     assert "Preset `quick`" in new["Machine and environment"] and "Time of each stage: sweep" in new["Machine and environment"]
     # the scaling rows and the fitted values (the bootstrap intervals were not recomputed)
     new_rows = re.findall(r"^\d.*", new["Scaling"].split("Fit of")[0], re.M)
     assert new_rows and new_rows == re.findall(r"^\d.*", old["Scaling"].split("Fit of")[0], re.M)
     value = lambda md, p: re.search(rf"^{p}\|([^|]+)\|", md, re.M).group(1)  # noqa: E731
-    for p in ("E", "A", "B", "alpha", "beta"):
-        assert value(new["Scaling"], p) == value(old["Scaling"], p), p
+    for p in ("E", "A", "B", "alpha", "beta"):  # E sits at its floor (~1e-25, the digits below it differ by CPU)
+        assert float(value(new["Scaling"], p)) == pytest.approx(float(value(old["Scaling"], p)), rel=1e-3, abs=1e-9), p
 
 
 def test_rebuilt_figures_are_the_linked_ones(rebuilt):
