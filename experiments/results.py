@@ -270,10 +270,13 @@ def summarize(rows: pd.DataFrame, metrics=SUMMARY_METRICS, level: float = 0.95) 
                 continue
             vals = pd.to_numeric(g[m], errors="coerce").to_numpy(float)
             lo, hi, cov = median_interval(vals, level)
-            rec[m] = float(np.nanmedian(vals))
             rec[f"{m}_lo"], rec[f"{m}_hi"] = lo, hi
+            if not np.isfinite(vals).any():  # a metric this workload does not have (e.g. text rows' decode)
+                rec[m] = rec[f"{m}_cv"] = float("nan")
+                continue
+            rec[m] = float(np.nanmedian(vals))
             mean = float(np.nanmean(vals))
-            rec[f"{m}_cv"] = float(np.nanstd(vals, ddof=1) / mean) if len(vals) > 1 and mean else float("nan")
+            rec[f"{m}_cv"] = float(np.nanstd(vals, ddof=1) / mean) if np.isfinite(vals).sum() > 1 and mean else float("nan")
         rec["interval_coverage"] = cov
         if "feed_efficiency_lo" in rec:
             rec["bound_exceeded"] = bool(rec["feed_efficiency_lo"] > 1.0)
