@@ -1,8 +1,11 @@
 """The Grain input pipeline: source → seeded shuffle → per-sample transform → batch → workers → prefetch.
 
-Each transform stamps the seconds it spent into the element (``t_decode``, ``t_augment``); after
-batching these are per-batch sums, so per-stage times measured inside worker processes reach the
-main process exactly. Grain's own execution statistics (STAGE_TIMING) are collected beside them
+Each transform stamps the seconds it spent into the element (``t_decode``, ``t_augment``: wall
+time), and the source read and each transform also the CPU seconds of the thread that ran them
+(``c_read``, ``c_decode``, ``c_augment``: ``time.thread_time``, which does not advance while the
+thread waits for a core, so it is the stage's cost without contention even inside worker processes
+that share the host's cores with the step); after batching these are per-batch sums, so per-stage
+times measured inside worker processes reach the main process exactly. Grain's own execution statistics (STAGE_TIMING) are collected beside them
 where Grain can report them.
 """
 
@@ -20,7 +23,8 @@ from experiments import data as data_lib
 from experiments.configs import check
 from memsim.knobs import Source
 
-STAGE_KEYS = ("t_decode", "t_augment")
+STAGE_KEYS = ("t_decode", "t_augment", "c_read", "c_decode", "c_augment")
+CPU_KEYS = ("c_read", "c_decode", "c_augment")
 
 
 def _ensure_absl_flags() -> None:
@@ -87,6 +91,25 @@ class LoaderConfig:
         return data_lib.ImageSpec(self.num_samples, self.image_size, self.channels, self.num_classes, seed=0)
 
 
+class TimedSource:
+    """A random-access image source whose elements carry the CPU seconds of their read (``c_read``)."""
+
+    def __init__(self, src):
+        self.src = src
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def __getitem__(self, i):
+        c0 = time.thread_time()
+        x = dict(self.src[i])
+        x["c_read"] = np.float64(time.thread_time() - c0)
+        return x
+
+    def __repr__(self) -> str:
+        return f"TimedSource({self.src!r})"
+
+
 class Decode:
     """ArrayRecord blob → uint8 image and label (zlib + CRC check)."""
 
@@ -94,9 +117,11 @@ class Decode:
         self.path = path
 
     def __call__(self, x: dict) -> dict:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         out = data_lib.decode_record(x["blob"], where=f"{self.path}: record {int(x['index'])}")
         out["t_decode"] = np.float64(time.perf_counter() - t0)
+        out["c_decode"] = np.float64(time.thread_time() - c0)
+        out["c_read"] = x.get("c_read", np.float64(0.0))
         return out
 
 
@@ -112,7 +137,7 @@ class Augment:
         self.padding, self.cost = padding, cost
 
     def __call__(self, x: dict, rng: np.random.Generator) -> dict:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         img = x["image"].astype(np.float32) * (1.0 / 255.0)
         img = (img - self.MEAN) * (1.0 / self.STD)
         h, w, _ = img.shape
@@ -128,11 +153,10 @@ class Augment:
             q = np.pad(img, ((1, 1), (1, 1), (0, 0)), mode="edge")
             img = (q[:-2, :-2] + q[:-2, 1:-1] + q[:-2, 2:] + q[1:-1, :-2] + q[1:-1, 1:-1]
                    + q[1:-1, 2:] + q[2:, :-2] + q[2:, 1:-1] + q[2:, 2:]) * np.float32(1 / 9)
-        out = {"image": img, "label": x["label"], "t_augment": np.float64(time.perf_counter() - t0)}
-        if "t_decode" in x:
-            out["t_decode"] = x["t_decode"]
-        else:
-            out["t_decode"] = np.float64(0.0)
+        out = {"image": img, "label": x["label"], "t_augment": np.float64(time.perf_counter() - t0),
+               "c_augment": np.float64(time.thread_time() - c0)}
+        for k in ("t_decode", "c_read", "c_decode"):
+            out[k] = x.get(k, np.float64(0.0))
         return out
 
 
@@ -140,7 +164,7 @@ class TextSample:
     """Text windows need no decoding; stamps the (tiny) host time so every workload has stage times."""
 
     def __call__(self, x: dict) -> dict:
-        return {**x, "t_decode": np.float64(0.0), "t_augment": np.float64(0.0)}
+        return {**x, **{k: np.float64(0.0) for k in STAGE_KEYS}}
 
 
 def build_source(cfg: LoaderConfig):
@@ -162,12 +186,14 @@ def build_dataset(cfg: LoaderConfig, stage_timing: bool = True):
 
     _ensure_absl_flags()
     src = build_source(cfg)
+    if cfg.workload != "text":
+        src = TimedSource(src)
     ds = shard(grain.MapDataset.source(src), cfg).shuffle(seed=cfg.seed).repeat(None)
     if cfg.workload == "text":
         ds = ds.map(TextSample())
     else:
         if cfg.source == "arrayrecord":
-            ds = ds.map(Decode(src.path))
+            ds = ds.map(Decode(src.src.path))
         # each shard draws its own crops and flips (shard 0 keeps the single-process seed)
         ds = ds.random_map(Augment(cfg.crop_padding, cfg.augment_cost), seed=cfg.seed + 1 + 7919 * cfg.shard_index)
     ds = ds.batch(cfg.batch_size, drop_remainder=True)

@@ -658,6 +658,9 @@ def run_detailed(cfg: TrainConfig) -> RunResult:
         "bound_exceeded": bool(eff_lo > 1.0),
         "decode_s_per_sample": float(fed_df.get("t_decode", pd.Series([0.0])).sum()) / samples,
         "augment_s_per_sample": float(fed_df.get("t_augment", pd.Series([0.0])).sum()) / samples,
+        # the same stages' CPU seconds (thread time: their cost without contention for the cores)
+        **{f"{stage}_cpu_s_per_sample": float(fed_df.get(f"c_{stage}", pd.Series([0.0])).sum()) / samples
+           for stage in ("read", "decode", "augment")},
         "host_cpu_util": cpu_util,
         "peak_rss_bytes": sampler.peak_rss,
         "shm_segments_left": len(shm_segments() - shm_before),
@@ -697,7 +700,9 @@ def summary(row: pd.Series) -> str:
         + ("" if r.warmup_steady else " (not steady: stopped at max_warmup_s)"),
         f"  step time median/p90 {r.step_time_median_s * 1e3:9.2f} / {r.step_time_p90_s * 1e3:.2f} ms",
         f"  data wait            {r.data_wait_frac * 100:11.1f} %  (median {r.data_wait_median_s * 1e3:.2f} ms/step)",
-        f"  host per sample      decode {r.decode_s_per_sample * 1e6:.1f} µs, augment {r.augment_s_per_sample * 1e6:.1f} µs",
+        f"  host per sample      decode {r.decode_s_per_sample * 1e6:.1f} µs, augment {r.augment_s_per_sample * 1e6:.1f} µs"
+        f" (CPU: read {r.read_cpu_s_per_sample * 1e6:.1f}, decode {r.decode_cpu_s_per_sample * 1e6:.1f}, augment "
+        f"{r.augment_cpu_s_per_sample * 1e6:.1f} µs)",
         f"  compile {r.compile_s:.2f} s, warm-up {r.warmup_s:.2f} s, first batch {r.time_to_first_batch_s:.2f} s",
         f"  host CPU {r.host_cpu_util * 100:.0f} % of {r.cpu_count} cores, peak RSS {r.peak_rss_bytes / 2**20:.0f} MiB",
         f"  loss {r.first_loss:.3f} → {r.final_loss:.3f}",

@@ -8,10 +8,13 @@ or a knob, and ``C`` is the host's core count from the rows):
   and precision from the device-resident runs; on CPU bf16 is emulated and slower, so it gets its
   own rate), a fixed cost per micro-batch (dispatch, small kernels) and an optimizer update per
   parameter (adamw touches every parameter once per step).
-- **loader CPU per sample** (uncontended): ``x = x₀ + x_px · px + a · (x_pass + x_aug · px) + r[source]``,
-  ``px`` the image bytes in units of a 32×32×3 image, ``a`` the ``augment_cost`` (3×3 blur passes),
-  each pass a fixed cost (its dozen numpy calls) plus a part proportional to the pixels, ``r`` a
-  read/decode cost per record of each storage source (``ram`` is 0). ``L = B·x``. (The fixed part
+- **loader CPU per sample** (uncontended): ``x = x₀ + x_px · px + g``, the stamped stages
+  ``g = g₀ + g_px · px + a · (x_pass + x_aug · px) + r[source]`` (read, decode, normalise, crop,
+  flip and augmentation: what the loader stamps with its thread's CPU time) and ``x₀ + x_px · px``
+  the rest (Grain's per-element work, batching, the copies between processes). ``px`` the image
+  bytes in units of a 32×32×3 image, ``a`` the ``augment_cost`` (3×3 blur passes), each pass a
+  fixed cost (its dozen numpy calls) plus a part proportional to the pixels, ``r`` a read/decode
+  cost per record of each storage source beyond ``ram``'s. ``L = B·x``. (The fixed part
   of a pass is measured, not assumed: the loader probe of a study on the 2-core CPU took 877 µs
   per sample at 16×16 pixels and 4 passes and 905 µs at 48×48 and 4 passes, 9× the pixels. On
   that study's 5-fold cross-validation the fixed part took the largest held-out error from 59% to
@@ -30,9 +33,12 @@ or a knob, and ``C`` is the host's core count from the rows):
   not overlap (0: perfect overlap, 1: in series).
   On an accelerator (``whatif --set hierarchy=...``) the step leaves the host: ``ν = κ = 0``.
 
-``fit`` calibrates the step parameters on the device-resident step times and the rest on the
-measured samples/s (and, for runs without workers, on the per-sample loader times the transforms
-stamped, which are uncontended there) by least squares on log-ratios (scipy ``least_squares``);
+``fit`` calibrates the step parameters on the device-resident step times, the stamped stages ``g``
+on the rows' CPU-time stamps (``read/decode/augment_cpu_s_per_sample``: thread time, uncontended
+in every row, workers or not), and the rest on the measured samples/s, by least squares on
+log-ratios (scipy ``least_squares``, several seeded starts). Rows measured before the loader
+stamped CPU time fit ``g`` with the rest (``g₀ = g_px = 0``, inside ``x₀`` and ``x_px``) and, for
+runs without workers, on the wall-time stamps, which are nearly uncontended there;
 standard errors come from a central-difference Jacobian at the optimum, lmfit-style. ``predict`` maps each
 configuration onto a :class:`memsim.pipeline.PipelineConfig` whose stage times are the contended
 ones above (the workers as the transform stage, the step and main-thread work as compute, the copy
@@ -56,22 +62,28 @@ from analysis.costmodel.features import (CATEGORICAL_KNOBS, FAMILIES, NUMERIC_KN
                                          knob_frame)
 
 FORMAT = "memsim-costmodel"
-VERSION = 2  # 2: the augmentation pass's fixed part (augment_pass_base_s)
+VERSION = 3  # 2: the augmentation pass's fixed part (augment_pass_base_s); 3: stage_base_s, stage_pixel_s
 SOURCES = ("ram", "memmap", "arrayrecord")
 PRECISIONS = ("fp32", "bf16")
 REF_PIXELS = 32 * 32 * 3
 Z95 = 1.959963984540054
+LSQ_STARTS, LSQ_SPREAD = 6, 2.0  # starts of each least-squares fit, and their spread in log space (see _lsq)
 JAC_STEP = 1e-3  # log-space step of the Jacobian the standard errors come from (see _lsq)
 
 STEP_FIXED = ("step_overhead_s", "update_s_per_param")
+#: the loader's stamped stages (source read, decode, augmentation): fitted on the rows' CPU-time
+#: stamps when they have them, else with the rest on samples/s
+STAGE_PARAMS = ("stage_base_s", "stage_pixel_s", "augment_pass_base_s", "augment_pass_s", "read_memmap_s",
+                "read_arrayrecord_s")
 LOADER_PARAMS = ("sample_base_s", "pixel_s", "augment_pass_base_s", "augment_pass_s", "read_memmap_s",
-                 "read_arrayrecord_s",
+                 "read_arrayrecord_s", "stage_base_s", "stage_pixel_s",
                  "batch_overhead_s", "main_overlap_loss", "step_straggler", "step_cores")
 #: log-space bounds of each parameter (lower, upper) and its starting value
 _BOUNDS = {
     "step_overhead_s": (1e-7, 1.0, 2e-4), "update_s_per_param": (1e-14, 1e-6, 1e-9),
     "flop_rate": (1e6, 1e15, 3e10),
     "sample_base_s": (1e-7, 1e-1, 2e-4), "pixel_s": (1e-9, 1e-1, 5e-5), "augment_pass_s": (1e-9, 1e-1, 5e-5),
+    "stage_base_s": (1e-7, 1e-1, 2e-5), "stage_pixel_s": (1e-9, 1e-1, 5e-6),
     "augment_pass_base_s": (1e-9, 1e-1, 5e-5),
     "read_memmap_s": (1e-9, 1e-1, 1e-5), "read_arrayrecord_s": (1e-9, 1e-1, 1e-5),
     "batch_overhead_s": (1e-6, 1.0, 3e-3), "main_overlap_loss": (1e-3, 1.5, 0.3),
@@ -84,8 +96,10 @@ UNMODELLED_KNOBS = ("read_threads", "read_buffer_size")
 DESCRIPTION = {
     "step_overhead_s": "fixed time per micro-batch of the step (s)",
     "update_s_per_param": "optimizer update per parameter and step (s)",
-    "sample_base_s": "loader CPU per sample, fixed part (s)",
-    "pixel_s": "loader CPU per sample per 32×32×3 image bytes (s)",
+    "sample_base_s": "loader CPU per sample outside the stamped stages (Grain, batching, copies), fixed part (s)",
+    "pixel_s": "loader CPU per sample outside the stamped stages per 32×32×3 image bytes (s)",
+    "stage_base_s": "stamped stages' CPU per sample (read, normalise, crop, flip), fixed part (s)",
+    "stage_pixel_s": "stamped stages' CPU per sample per 32×32×3 image bytes (s)",
     "augment_pass_base_s": "loader CPU per augmentation pass, fixed part (s)",
     "augment_pass_s": "loader CPU per augmentation pass per 32×32×3 image bytes (s)",
     "read_memmap_s": "extra CPU per record read from a memory-mapped file (s)",
@@ -222,8 +236,17 @@ def sample_time(p: dict, kf: pd.DataFrame) -> np.ndarray:
     px = np.asarray(kf.pixels) / REF_PIXELS
     a = np.asarray(kf.augment_cost, float)
     src = np.asarray(kf.source)
+    return p["sample_base_s"] + p["pixel_s"] * px + stage_time(p, kf)
+
+
+def stage_time(p: dict, kf: pd.DataFrame) -> np.ndarray:
+    """CPU seconds per sample of the stages the loader stamps (read, decode, augmentation)."""
+    px = np.asarray(kf.pixels) / REF_PIXELS
+    a = np.asarray(kf.augment_cost, float)
+    src = np.asarray(kf.source)
     read = np.where(src == "memmap", p["read_memmap_s"], np.where(src == "arrayrecord", p["read_arrayrecord_s"], 0.0))
-    return p["sample_base_s"] + p["pixel_s"] * px + a * (p["augment_pass_base_s"] + p["augment_pass_s"] * px) + read
+    return (p.get("stage_base_s", 0.0) + p.get("stage_pixel_s", 0.0) * px
+            + a * (p["augment_pass_base_s"] + p["augment_pass_s"] * px) + read)
 
 
 def transfer_time(transfer: dict, kf: pd.DataFrame) -> np.ndarray:
@@ -309,6 +332,9 @@ def measured_configs(rows: pd.DataFrame) -> pd.DataFrame:
     stamped = sum(pd.to_numeric(s[c], errors="coerce").fillna(0.0) for c in ("decode_s_per_sample", "augment_s_per_sample")
                   if c in s) if any(c in s for c in ("decode_s_per_sample", "augment_s_per_sample")) else np.nan
     s["stamped_s_per_sample"] = stamped
+    cpu = [f"{stage}_cpu_s_per_sample" for stage in ("read", "decode", "augment")]
+    s["cpu_stamped_s_per_sample"] = (sum(pd.to_numeric(s[c], errors="coerce") for c in cpu)
+                                     if all(c in s for c in cpu) else np.nan)
     return s.reset_index(drop=True)
 
 
@@ -363,7 +389,18 @@ def _lsq(residual, names: list, fixed: dict):
 
     def fun(x):
         return residual({**fixed, **dict(zip(names, np.exp(x)))})
-    res = least_squares(fun, x0, bounds=(lo, hi), method="trf", x_scale=1.0, max_nfev=4000)
+    # Several starts, the lowest cost kept: the cycle time is a max() of terms, and from one start a fold
+    # of the quick study's cross-validation ended in a different local optimum when its arithmetic
+    # changed in the last bits (an addition reordered), which moved its median held-out error from 7.0%
+    # to 10.7%. The extra starts are seeded: the same rows give the same fit.
+    rng = np.random.default_rng(0)
+    starts = [x0] + [np.clip(x0 + rng.uniform(-LSQ_SPREAD, LSQ_SPREAD, len(x0)), lo + 1e-9, hi - 1e-9)
+                     for _ in range(LSQ_STARTS - 1)]
+    res = None
+    for x_start in starts:
+        r = least_squares(fun, x_start, bounds=(lo, hi), method="trf", x_scale=1.0, max_nfev=4000)
+        if res is None or r.cost < res.cost * (1 - 1e-9):
+            res = r
     vals = np.exp(res.x)
     dof = max(len(res.fun) - len(names), 1)
     s2 = float(res.fun @ res.fun) / dof
@@ -490,9 +527,24 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
     if not (nw >= 1).any():
         fixed.update(step_straggler=0.0, step_cores=1.0)
         notes.update(step_straggler="no num_workers>=1 rows", step_cores="no num_workers>=1 rows")
-    names = [k for k in names if k not in fixed]
-
     cols = columns(kf)
+    # 2a. the stamped stages on their CPU-time stamps (uncontended: thread time), when the rows have them
+    cpu_st = (meas.cpu_stamped_s_per_sample.to_numpy(float) if "cpu_stamped_s_per_sample" in meas
+              else np.full(n, np.nan))
+    stage_recs = []
+    if np.all(np.isfinite(cpu_st) & (cpu_st > 0)):
+        stage_names = [k for k in STAGE_PARAMS if k not in fixed]
+        gv, gse, gres, gfree = _lsq(lambda q: np.log(stage_time(q, cols) / cpu_st), stage_names, fixed)
+        p.update(dict(zip(stage_names, gv)))
+        stage_recs = list(zip(stage_names, gv, gse, gfree))
+        names = [k for k in names if k not in STAGE_PARAMS]
+        use_stamp = np.zeros(n, bool)  # the CPU stamps replace the wall-time ones
+    else:
+        gres = SimpleNamespace(fun=np.zeros(0))
+        for k in ("stage_base_s", "stage_pixel_s"):
+            fixed[k] = 0.0
+            notes[k] = "no CPU-time stamps in these rows: part of sample_base_s and pixel_s"
+    names = [k for k in names if k not in fixed]
 
     def resid(q):
         q = {**p, **q}
@@ -509,7 +561,7 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
     p.update(dict(zip(names, lv)))
     # the table, lmfit-style
     recs = []
-    for nm, v, se, fr in list(zip(step_names, sv, sse, sfree)) + list(zip(names, lv, lse, lfree)):
+    for nm, v, se, fr in list(zip(step_names, sv, sse, sfree)) + stage_recs + list(zip(names, lv, lse, lfree)):
         ok = bool(np.isfinite(se)) and se < 10  # beyond e^±20 the rows do not identify it
         note = "" if ok else ("at a bound of its range" if not fr else "not identified by these rows")
         recs.append({"param": nm, "value": float(v), "stderr": float(v * se) if ok else math.nan,
@@ -524,12 +576,13 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
     T_fit = cycle(p, step_time(p, kf), B * sample_time(p, kf), tr, nw, cores)["T"]
     y, yhat = np.log(B / T_meas), np.log(B / T_fit)
     ss_tot = float(((y - y.mean()) ** 2).sum())
-    stats = {"n_configs": n, "n_residuals": int(len(lres.fun) + len(sres.fun)),
-             "n_free": int(len(step_names) + len(names)),
+    stats = {"n_configs": n, "n_residuals": int(len(lres.fun) + len(sres.fun) + len(gres.fun)),
+             "n_free": int(len(step_names) + len(stage_recs) + len(names)),
              "rms_log_residual": float(np.sqrt(np.mean(np.concatenate([lres.fun, sres.fun]) ** 2))),
              "r2_log_samples_per_s": float(1 - ((y - yhat) ** 2).sum() / ss_tot) if ss_tot > 0 else math.nan,
              "median_abs_rel_error": float(np.median(np.abs(T_meas / T_fit - 1))),
-             "step_rms_log_residual": float(np.sqrt(np.mean(sres.fun ** 2)))}
+             "step_rms_log_residual": float(np.sqrt(np.mean(sres.fun ** 2))),
+             "stage_rms_log_residual": float(np.sqrt(np.mean(gres.fun ** 2))) if len(gres.fun) else math.nan}
     env = {k: str(meas[k].iloc[0]) for k in ("platform", "device_kind", "jax_version", "grain_version", "git_commit")
            if k in meas}
     ranges = _ranges(kf)

@@ -12,7 +12,7 @@ import pytest
 
 from analysis import costmodel
 from analysis.costmodel import features
-from analysis.costmodel.model import VERSION, components
+from analysis.costmodel.model import VERSION, components, stage_time
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDY = ROOT / "results" / "cpu-2core" / "study"
@@ -24,8 +24,8 @@ TRUE = {"step_overhead_s": 1e-3, "update_s_per_param": 1e-9, "flop_rate_mlp_fp32
         "step_straggler": 0.8, "step_cores": 1.3}
 
 
-def _true_model():
-    m = costmodel.CostModel(params=TRUE, table=pd.DataFrame(), stats={}, ranges={}, cpu_count=2,
+def _true_model(params=None):
+    m = costmodel.CostModel(params=params or TRUE, table=pd.DataFrame(), stats={}, ranges={}, cpu_count=2,
                             transfer={"alpha_s": 5e-5, "beta_Bps": 1.6e9})
     m.ranges = {**{k: [0, 1e9] for k in features.NUMERIC_KNOBS},
                 **{k: ["mlp", "cnn", "ram", "memmap", "arrayrecord", "fp32", "bf16", "none", "double_buffer"]
@@ -33,8 +33,10 @@ def _true_model():
     return m
 
 
-def synthetic_rows(n: int = 24, seed: int = 0, noise: float = 0.0) -> pd.DataFrame:
-    """Rows whose samples/s are the model's own cycle at TRUE (two repeats each)."""
+def synthetic_rows(n: int = 24, seed: int = 0, noise: float = 0.0, params: dict | None = None,
+                   cpu_stamps: bool = False) -> pd.DataFrame:
+    """Rows whose samples/s are the model's own cycle at ``params`` (TRUE; two repeats each); with
+    ``cpu_stamps`` they carry the stamped stages' CPU seconds per sample as the loader writes them."""
     rng = np.random.default_rng(seed)
     cfg = pd.DataFrame({
         "model": rng.choice(["mlp", "cnn"], n), "precision": rng.choice(["fp32", "bf16"], n),
@@ -44,7 +46,9 @@ def synthetic_rows(n: int = 24, seed: int = 0, noise: float = 0.0) -> pd.DataFra
         "grad_accum_steps": 1, "prefetch_buffer_size": 2})
     cfg["width"] = np.where(cfg.model == "cnn", 16, 512)
     cfg["depth"] = np.where(cfg.model == "cnn", 3, 2)
-    comp = components(_true_model(), cfg)
+    comp = components(_true_model(params), cfg)
+    if cpu_stamps:
+        stages = stage_time(params or TRUE, features.knob_frame(cfg))
     rows = []
     for rep in range(2):
         jit = np.exp(rng.normal(0, noise, n)) if noise else np.ones(n)
@@ -55,6 +59,9 @@ def synthetic_rows(n: int = 24, seed: int = 0, noise: float = 0.0) -> pd.DataFra
         d["cpu_count"] = 2
         d["samples_per_s"] = comp.bound_samples_per_s.to_numpy() * jit
         d["device_resident_samples_per_s"] = d.batch_size / comp.step_s.to_numpy()
+        if cpu_stamps:  # split over the three stamps as the loader would (the fit reads their sum)
+            d["read_cpu_s_per_sample"], d["decode_cpu_s_per_sample"] = 0.1 * stages, 0.2 * stages
+            d["augment_cpu_s_per_sample"] = 0.7 * stages
         rows.append(d)
     return pd.concat(rows, ignore_index=True)
 
@@ -79,6 +86,21 @@ def test_fit_recovers_the_parameters_that_made_the_rows():
     t = model.table.set_index("param")
     assert {"value", "stderr", "lo", "hi"} <= set(t.columns)
     assert t.loc["sample_base_s", "lo"] <= t.loc["sample_base_s", "value"] <= t.loc["sample_base_s", "hi"]
+
+
+def test_cpu_stamps_calibrate_the_stages_apart_from_the_loader_overhead():
+    # Without stamps the stamped stages' own fixed and per-pixel parts cannot be told from the rest
+    # of the loader's (the fit holds them at 0); with them, both are recovered.
+    true = {**TRUE, "stage_base_s": 3e-5, "stage_pixel_s": 1e-5}
+    model = costmodel.fit(synthetic_rows(params=true, cpu_stamps=True))
+    for k in ("stage_base_s", "stage_pixel_s", "augment_pass_s", "read_memmap_s", "sample_base_s", "pixel_s",
+              "step_straggler"):
+        assert model.params[k] == pytest.approx(true[k], rel=0.05), k
+    t = model.table.set_index("param")
+    assert not t.loc["stage_base_s", "fixed"] and t.loc["stage_base_s", "lo"] <= t.loc["stage_base_s", "hi"]
+    assert model.stats["stage_rms_log_residual"] < 1e-6
+    old = costmodel.fit(synthetic_rows())
+    assert old.params["stage_base_s"] == 0 and old.table.set_index("param").loc["stage_pixel_s", "fixed"]
 
 
 def test_cycle_solves_its_fixed_point():

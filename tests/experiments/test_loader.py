@@ -91,8 +91,32 @@ def test_batches_have_shape_dtype_and_stage_times(data_cache, source):
     assert b["label"].shape == (16,) and b["label"].dtype == np.int32
     assert np.all(b["t_augment"] > 0)
     assert np.all(b["t_decode"] > 0) == (source == "arrayrecord")
+    # the same stages' CPU seconds, the read's too (a RAM read is an index into an array: it may round to 0)
+    assert np.all(b["c_augment"] > 0) and np.all(b["c_augment"] <= b["t_augment"] * 1.05 + 1e-4)
+    assert np.all(b["c_decode"] > 0) == (source == "arrayrecord")
+    assert np.all(b["c_read"] > 0) if source != "ram" else np.all(b["c_read"] >= 0)
     # normalised: roughly centred and scaled
     assert -3 < float(b["image"].mean()) < 3
+
+
+def test_cpu_stamps_leave_out_time_spent_waiting():
+    # A read that waits 50 ms (as a thread waits for a core it shares, or for the disk) costs the
+    # stamp almost nothing: the CPU stamps are thread time, not wall time.
+    import time
+    from experiments.loader import TimedSource
+
+    class Slow:
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            time.sleep(0.05)
+            return {"image": np.zeros((4, 4, 3), np.uint8), "label": np.int32(i)}
+
+    t0 = time.perf_counter()
+    x = TimedSource(Slow())[1]
+    assert time.perf_counter() - t0 >= 0.05 and 0 <= x["c_read"] < 0.01 and x["label"] == 1
+    assert len(TimedSource(Slow())) == 4
 
 
 def test_augment_cost_adds_cpu_work(data_cache):

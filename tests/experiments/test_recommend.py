@@ -13,7 +13,7 @@ from experiments import configs, recommend, sweep
 from experiments.configs import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
-MODEL = ROOT / "results" / "cpu-2core" / "rules" / "20261123-144003" / "costmodel.json"
+MODEL = ROOT / "results" / "cpu-2core" / "study-components" / "costmodel.json"  # the default model_file
 
 
 def _base_csv(tmp_path) -> str:

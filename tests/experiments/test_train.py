@@ -77,6 +77,10 @@ def test_run_row_is_complete_and_consistent(data_cache, feed, shm_guard, monkeyp
     assert r.measure_s <= r.wall_s <= elapsed
     assert (steps.data_wait_s <= steps.step_time_s).all()
     assert r.feed_efficiency_lo <= r.feed_efficiency <= r.feed_efficiency_hi
+    # the stages' CPU seconds per sample: the window's stamps summed over its samples, never above wall time
+    for stage in ("read", "decode", "augment"):
+        assert r[f"{stage}_cpu_s_per_sample"] == pytest.approx(steps[f"c_{stage}"].sum() / samples)
+    assert 0 < r.augment_cpu_s_per_sample <= r.augment_s_per_sample * 1.05 + 1e-6
     for col in ("platform", "device_kind", "jax_version", "flax_version", "optax_version", "grain_version",
                 "cpu_count", "git_commit", "seed", "compile_s", "peak_rss_bytes", "xla_flops_per_step"):
         assert col in res.row.columns
