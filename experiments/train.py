@@ -260,9 +260,9 @@ class HostSampler:
                 pass
         return total
 
-    def _cpu(self) -> float:
+    def _cpu(self, children_only: bool = False) -> float:
         total = 0.0
-        for p in [self._me] + self._me.children(recursive=True):
+        for p in ([] if children_only else [self._me]) + self._me.children(recursive=True):
             try:
                 t = p.cpu_times()
                 total += t.user + t.system
@@ -276,12 +276,16 @@ class HostSampler:
 
     def start(self):
         self.peak_rss = self._rss()
-        self._t0, self._c0 = time.perf_counter(), self._cpu()
+        self.window_start()
         self._thread.start()
         return self
 
     def window_start(self):
-        self._t0, self._c0 = time.perf_counter(), self._cpu()
+        self._t0, self._c0, self._w0 = time.perf_counter(), self._cpu(), self._cpu(children_only=True)
+
+    def children_cpu_s(self) -> float:
+        """CPU seconds of the child processes (the loader's workers) since ``window_start``."""
+        return self._cpu(children_only=True) - self._w0
 
     def cpu_util(self) -> float:
         """CPU seconds of self+children per wall second per core since ``window_start``, in [0, 1]."""
@@ -575,6 +579,7 @@ def run_detailed(cfg: TrainConfig) -> RunResult:
         fed = measure_window(fed_step, cfg, on_measure_start=sampler.window_start, agree=agree,
                              agree_every=agree_every)
         cpu_util = sampler.cpu_util()
+        worker_cpu_s = sampler.children_cpu_s()
         if cfg.grain_stats:  # with worker processes this waits up to 2 s per worker for their summaries
             grain_stats = grain_stats_frame(feed.host_iterator)
         # The device-resident bound: the same compiled step on a batch already on the device, measured
@@ -661,6 +666,9 @@ def run_detailed(cfg: TrainConfig) -> RunResult:
         # the same stages' CPU seconds (thread time: their cost without contention for the cores)
         **{f"{stage}_cpu_s_per_sample": float(fed_df.get(f"c_{stage}", pd.Series([0.0])).sum()) / samples
            for stage in ("read", "decode", "augment")},
+        # all CPU seconds of the worker processes over the window (Grain's work and the copies between
+        # processes included) per sample consumed: the loader's whole cost, uncontended, when it has workers
+        "worker_cpu_s_per_sample": worker_cpu_s / samples if cfg.num_workers > 0 else float("nan"),
         "host_cpu_util": cpu_util,
         "peak_rss_bytes": sampler.peak_rss,
         "shm_segments_left": len(shm_segments() - shm_before),

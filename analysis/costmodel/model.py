@@ -35,7 +35,8 @@ or a knob, and ``C`` is the host's core count from the rows):
 
 ``fit`` calibrates the step parameters on the device-resident step times, the stamped stages ``g``
 on the rows' CPU-time stamps (``read/decode/augment_cpu_s_per_sample``: thread time, uncontended
-in every row, workers or not), and the rest on the measured samples/s, by least squares on
+in every row, workers or not), and the rest on the measured samples/s and, in rows with workers,
+on the workers' own CPU seconds per sample (``worker_cpu_s_per_sample``: the whole ``x``), by least squares on
 log-ratios (scipy ``least_squares``, several seeded starts). Rows measured before the loader
 stamped CPU time fit ``g`` with the rest (``g₀ = g_px = 0``, inside ``x₀`` and ``x_px``) and, for
 runs without workers, on the wall-time stamps, which are nearly uncontended there;
@@ -509,6 +510,10 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
     tr = transfer_time(transfer, kf)
     stamped = meas.stamped_s_per_sample.to_numpy(float) if "stamped_s_per_sample" in meas else np.full(n, np.nan)
     use_stamp = (nw == 0) & np.isfinite(stamped) & (stamped > 0)
+    # the worker processes' own CPU seconds per sample (rows with workers): the whole loader cost x
+    wcpu = (pd.to_numeric(meas.worker_cpu_s_per_sample, errors="coerce").to_numpy(float)
+            if "worker_cpu_s_per_sample" in meas else np.full(n, np.nan))
+    use_wcpu = (nw >= 1) & np.isfinite(wcpu) & (wcpu > 0)
     names = list(LOADER_PARAMS)
     fixed = {}
     notes = {}
@@ -553,6 +558,8 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
         r = [np.log(T / T_meas)]
         if use_stamp.any():
             r.append(0.5 * np.log(sample_time(q, kf)[use_stamp] / stamped[use_stamp]))
+        if use_wcpu.any():
+            r.append(np.log(sample_time(q, cols)[use_wcpu] / wcpu[use_wcpu]))
         if lp is not None:  # the loader alone: its batch, then the main thread's per-batch work
             r.append(np.log((l_B * sample_time(q, lcols) + q["batch_overhead_s"]) / l_meas))
         return np.concatenate(r)

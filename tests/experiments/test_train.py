@@ -8,6 +8,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pandas as pd
 import psutil
 import pytest
 
@@ -47,6 +48,19 @@ class _CountingFeed:
         return getattr(self.inner, name)
 
 
+def test_worker_cpu_holds_the_stamped_stages_and_more(data_cache, tmp_path):
+    # the workers' whole CPU per sample: the stamped stages and Grain's own work (batching, copies).
+    # Run as a user runs it, in its own interpreter (whose resource tracker then frees what Grain's
+    # workers had in flight when they stopped).
+    subprocess.run([sys.executable, "-m", "experiments", "train", "--num_workers=1", "--min_measure_s=0.5",
+                    "--width=64", "--depth=1", "--batch_size=32", "--num_samples=256", f"--cache_dir={data_cache}",
+                    f"--results_root={tmp_path}"], check=True, capture_output=True, timeout=300)
+    (rows,) = tmp_path.glob("train/*/rows.csv")
+    r = pd.read_csv(rows).iloc[0]
+    stamped = r.read_cpu_s_per_sample + r.decode_cpu_s_per_sample + r.augment_cpu_s_per_sample
+    assert r.status == "ok" and 0 < stamped < r.worker_cpu_s_per_sample < 50 * stamped
+
+
 @pytest.mark.latest
 @pytest.mark.parametrize("feed", ["none", "double_buffer", "grain_device_put"])
 def test_run_row_is_complete_and_consistent(data_cache, feed, shm_guard, monkeypatch):
@@ -81,6 +95,7 @@ def test_run_row_is_complete_and_consistent(data_cache, feed, shm_guard, monkeyp
     for stage in ("read", "decode", "augment"):
         assert r[f"{stage}_cpu_s_per_sample"] == pytest.approx(steps[f"c_{stage}"].sum() / samples)
     assert 0 < r.augment_cpu_s_per_sample <= r.augment_s_per_sample * 1.05 + 1e-6
+    assert r.num_workers == 0 and np.isnan(r.worker_cpu_s_per_sample)  # no worker processes to measure
     for col in ("platform", "device_kind", "jax_version", "flax_version", "optax_version", "grain_version",
                 "cpu_count", "git_commit", "seed", "compile_s", "peak_rss_bytes", "xla_flops_per_step"):
         assert col in res.row.columns
