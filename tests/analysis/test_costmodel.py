@@ -12,7 +12,7 @@ import pytest
 
 from analysis import costmodel
 from analysis.costmodel import features
-from analysis.costmodel.model import VERSION, components, sample_time, stage_time
+from analysis.costmodel.model import VERSION, components, stage_time
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDY = ROOT / "results" / "cpu-2core" / "study"
@@ -49,7 +49,6 @@ def synthetic_rows(n: int = 24, seed: int = 0, noise: float = 0.0, params: dict 
     comp = components(_true_model(params), cfg)
     if cpu_stamps:
         stages = stage_time(params or TRUE, features.knob_frame(cfg))
-        loader = sample_time(params or TRUE, features.knob_frame(cfg))
     rows = []
     for rep in range(2):
         jit = np.exp(rng.normal(0, noise, n)) if noise else np.ones(n)
@@ -63,7 +62,6 @@ def synthetic_rows(n: int = 24, seed: int = 0, noise: float = 0.0, params: dict 
         if cpu_stamps:  # split over the three stamps as the loader would (the fit reads their sum)
             d["read_cpu_s_per_sample"], d["decode_cpu_s_per_sample"] = 0.1 * stages, 0.2 * stages
             d["augment_cpu_s_per_sample"] = 0.7 * stages
-            d["worker_cpu_s_per_sample"] = np.where(d.num_workers > 0, loader, np.nan)
         rows.append(d)
     return pd.concat(rows, ignore_index=True)
 
