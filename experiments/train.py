@@ -17,7 +17,8 @@ import pandas as pd
 
 from experiments import configs, env as env_lib
 from experiments.configs import ConfigError, check
-from experiments.loader import LoaderConfig, build_dataset, grain_stats_frame, shm_segments
+from experiments.loader import (LoaderConfig, build_dataset, grain_stats_frame, release_dead_workers_segments,
+                                shm_segments)
 from experiments.models import FAMILIES, ModelConfig
 from experiments import data as data_lib
 from memsim.knobs import Feed, Model, Precision, Source
@@ -593,6 +594,7 @@ def run_detailed(cfg: TrainConfig) -> RunResult:
         import gc
         gc.collect()  # Grain's shared-memory batches still buffered are unlinked when collected
         loader_quiet = _loader_quiet()
+        release_dead_workers_segments()  # what the stopped workers left in flight
         resident = put(host_batch, sharding)
         jax.block_until_ready(resident)
         n_fed = len(fed.records)
@@ -615,6 +617,8 @@ def run_detailed(cfg: TrainConfig) -> RunResult:
             sampler.stop()
             import gc
             gc.collect()
+            _loader_quiet()
+            release_dead_workers_segments()  # a killed worker's half-made batch included
 
     steps_df = pd.DataFrame(fed.records + bound.records)
     fed_df = steps_df[(steps_df.phase == "fed") & ~steps_df.warmup]

@@ -1,6 +1,8 @@
 import dataclasses
 import hashlib
 import itertools
+import os
+import signal
 
 import numpy as np
 import pytest
@@ -140,3 +142,64 @@ def test_no_read_ahead_makes_batches_on_demand_in_the_calling_thread(data_cache)
     finally:
         it.close()
     assert got == _labels(_cfg(data_cache), 3), "the same order as with read-ahead"
+
+
+def _make_segment_and(log, then, ready=None, go=None):
+    from multiprocessing import shared_memory
+    from experiments.loader import WorkerInit
+    WorkerInit(log)()  # as a loader worker starts
+    shm = shared_memory.SharedMemory(create=True, size=64)
+    if then == "die":  # killed with the segment made, as a worker killed mid-batch
+        os.kill(os.getpid(), signal.SIGKILL)
+    ready.set()
+    go.wait(30)
+    shm.close()
+    shm.unlink()
+
+
+def test_segments_of_a_killed_worker_are_released_and_a_live_ones_kept():
+    import multiprocessing as mp
+    from experiments.loader import new_segment_log, release_dead_workers_segments
+    ctx = mp.get_context("fork")
+    log = new_segment_log()
+    dead = ctx.Process(target=_make_segment_and, args=(log, "die"))
+    dead.start()
+    dead.join(30)
+    ready, go = ctx.Event(), ctx.Event()
+    live = ctx.Process(target=_make_segment_and, args=(log, "wait", ready, go))
+    live.start()
+    assert ready.wait(30)
+    (dead_name,), (live_name,) = ([ln.split()[1] for ln in log.read_text().splitlines() if int(ln.split()[0]) == p.pid]
+                                  for p in (dead, live))
+    assert os.path.exists(f"/dev/shm/{dead_name}") and dead.exitcode == -signal.SIGKILL
+    try:
+        assert release_dead_workers_segments() >= 1  # (other tests' loaders in this process may add theirs)
+        assert not os.path.exists(f"/dev/shm/{dead_name}") and os.path.exists(f"/dev/shm/{live_name}")
+        assert log.exists()  # a worker of its loader still runs
+    finally:
+        go.set()
+        live.join(30)
+    release_dead_workers_segments()
+    assert not log.exists() and not os.path.exists(f"/dev/shm/{live_name}")  # the live one unlinked its own
+
+
+def test_a_killed_process_s_segment_log_is_settled_by_the_next_loader(tmp_path):
+    # a run killed before its exit handler leaves its log; the next loader to start settles it
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+    from experiments.loader import new_segment_log
+    code = ("import os, signal, sys; sys.path.insert(0, sys.argv[1]); "
+            "from experiments.loader import new_segment_log; log = new_segment_log(); "
+            "from multiprocessing import shared_memory; name = 'memsim_test_' + str(os.getpid()); "
+            "open(f'/dev/shm/{name}', 'w').close(); open(log, 'a').write(f'{os.getpid()} {name}\\n'); "
+            "print(log, name, flush=True); os.kill(os.getpid(), signal.SIGKILL)")
+    out = subprocess.run([sys.executable, "-c", code, str(Path(__file__).resolve().parents[2])],
+                         capture_output=True, text=True, timeout=60)
+    log, name = out.stdout.split()
+    assert out.returncode == -signal.SIGKILL and os.path.exists(log) and os.path.exists(f"/dev/shm/{name}")
+    assert Path(log).parent == Path(tempfile.gettempdir())
+    mine = new_segment_log()
+    assert not os.path.exists(log) and not os.path.exists(f"/dev/shm/{name}")
+    mine.unlink()
