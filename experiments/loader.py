@@ -277,16 +277,13 @@ class WorkerInit:
 
 
 def _alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie is dead for this purpose)."""
+    import psutil
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False
-    except PermissionError:
-        return True
-    try:  # a zombie is dead for this purpose
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
+    except psutil.Error:
         return True
 
 
