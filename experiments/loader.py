@@ -267,7 +267,10 @@ class WorkerInit:
         die_with_parent()
         from multiprocessing import shared_memory
         make = shared_memory._make_filename  # noqa: SLF001 — where SharedMemory(create=True) names a segment
-        fd, pid = os.open(self.log, os.O_WRONLY | os.O_APPEND), os.getpid()
+        try:
+            fd, pid = os.open(self.log, os.O_WRONLY | os.O_APPEND), os.getpid()
+        except OSError:  # the log is gone: this worker's segments go unlogged, the loader runs on
+            return
 
         def logged() -> str:
             name = make()
@@ -296,9 +299,11 @@ def release_dead_workers_segments(final: bool = False) -> int:
 
 def _settle(log: Path, final: bool) -> int:
     try:
-        entries = [ln.split() for ln in log.read_text().splitlines() if len(ln.split()) == 2]
+        entries = [w for w in map(str.split, log.read_text().splitlines()) if len(w) == 2 and w[0].isdigit()]
     except FileNotFoundError:
         entries, final = [], True
+    except OSError:  # another user's log, or unreadable: not ours to settle
+        return 0
     pids = {int(p) for p, _ in entries}
     dead = {p for p in pids if not _alive(p)}
     mapped, n = _mapped_segments(), 0
@@ -306,12 +311,15 @@ def _settle(log: Path, final: bool) -> int:
         if int(p) in dead and name not in mapped:
             try:
                 os.unlink(f"/dev/shm/{name}")
-            except FileNotFoundError:
+            except OSError:  # gone already (or not ours)
                 continue
             n += 1
             _forget(name)
     if (pids and dead == pids) or final:
-        log.unlink(missing_ok=True)
+        try:
+            log.unlink(missing_ok=True)
+        except OSError:
+            return n
         if log in _SEGMENT_LOGS:
             _SEGMENT_LOGS.remove(log)
     return n

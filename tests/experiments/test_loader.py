@@ -149,7 +149,9 @@ def _make_segment_and(log, then, ready=None, go=None):
     from experiments.loader import WorkerInit
     WorkerInit(log)()  # as a loader worker starts
     shm = shared_memory.SharedMemory(create=True, size=64)
-    if then == "die":  # killed with the segment made, as a worker killed mid-batch
+    if then == "die":  # killed with the segment made and not yet registered, as a worker killed mid-batch
+        from multiprocessing import resource_tracker  # (a registered one its tracker would unlink, racing the test)
+        resource_tracker.unregister(shm._name, "shared_memory")  # noqa: SLF001
         os.kill(os.getpid(), signal.SIGKILL)
     ready.set()
     go.wait(30)
