@@ -287,10 +287,19 @@ def test_a_hung_process_is_named_and_every_process_stops(tmp_path, data_cache):
     assert not _gone(every), "orphaned processes"
 
 
+def _sigint_default():
+    # A terminal's Ctrl-C reaches a foreground command whose SIGINT is at its default. A test suite
+    # started in the background (`make test &`, nohup) has SIGINT ignored, and the launcher would
+    # inherit that and never see the signal (seen: the launcher still in its wait loop 30 s after
+    # SIGINT, /proc status SigIgn 0x1001007), so the launcher gets the default back, as from a shell.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_stops_every_process_and_exits_130(tmp_path, data_cache):
     launcher = subprocess.Popen(_cmd("--num_processes=2", "--min_measure_s=120", f"--results_root={tmp_path}",
                                      f"--cache_dir={data_cache}"),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                                preexec_fn=_sigint_default)
     try:
         ranks = _ranks(launcher)
         time.sleep(1.0)
