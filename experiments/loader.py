@@ -5,8 +5,8 @@ time), and the source read and each transform also the CPU seconds of the thread
 (``c_read``, ``c_decode``, ``c_augment``: ``time.thread_time``, which does not advance while the
 thread waits for a core, so it is the stage's cost without contention even inside worker processes
 that share the host's cores with the step); after batching these are per-batch sums, so per-stage
-times measured inside worker processes reach the main process exactly. Grain's own execution statistics (STAGE_TIMING) are collected beside them
-where Grain can report them.
+times measured inside worker processes reach the main process exactly. Grain's own execution
+statistics (STAGE_TIMING) are collected beside them where Grain can report them.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from experiments.configs import check
 from memsim.knobs import Source
 
 STAGE_KEYS = ("t_decode", "t_augment", "c_read", "c_decode", "c_augment")
-CPU_KEYS = ("c_read", "c_decode", "c_augment")
 
 
 def _ensure_absl_flags() -> None:

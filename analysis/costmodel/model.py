@@ -44,7 +44,7 @@ carry ``worker_cpu_s_per_sample``, all CPU seconds of the worker processes per s
 two more parameters, took one fresh quick study's 5-fold held-out error from 6.9% to 5.2% median
 but its Kendall τ from 0.80 to 0.49, max 35% either way: a worker's cost is not the main process's,
 and 14 configurations do not pin the difference. It is measured, and not fitted.)
-standard errors come from a central-difference Jacobian at the optimum, lmfit-style. ``predict`` maps each
+Standard errors come from a central-difference Jacobian at the optimum, lmfit-style. ``predict`` maps each
 configuration onto a :class:`memsim.pipeline.PipelineConfig` whose stage times are the contended
 ones above (the workers as the transform stage, the step and main-thread work as compute, the copy
 as transfer; when the cores are the bottleneck every stage is slowed by the same
@@ -239,8 +239,6 @@ def step_time(p: dict, kf: pd.DataFrame, rates: np.ndarray | None = None) -> np.
 def sample_time(p: dict, kf: pd.DataFrame) -> np.ndarray:
     """Uncontended loader CPU seconds per sample ``x``."""
     px = np.asarray(kf.pixels) / REF_PIXELS
-    a = np.asarray(kf.augment_cost, float)
-    src = np.asarray(kf.source)
     return p["sample_base_s"] + p["pixel_s"] * px + stage_time(p, kf)
 
 
