@@ -49,12 +49,16 @@ def host_sample_bytes(cfg: TrainConfig) -> int:
 
 
 def abstract_step(cfg: TrainConfig) -> TrainStep:
-    """experiments.train's TrainStep with its state as ShapeDtypeStructs (nothing allocated)."""
+    """experiments.train's TrainStep with its state as ShapeDtypeStructs (nothing allocated).
+
+    Gradient accumulation compiles as a rolled loop on every backend here: the memory it takes
+    where it is used to save memory. (The CPU runs time an unrolled loop, whose buffers XLA does not
+    reuse between micro-batches; see ``experiments.train.accum_unroll``.)"""
     import jax
     built = {}
 
     def build():
-        built["step"] = TrainStep(make_model(cfg.model_config(), seed=cfg.seed), cfg)
+        built["step"] = TrainStep(make_model(cfg.model_config(), seed=cfg.seed), cfg, unroll=1)
         return built["step"].state
 
     state = jax.eval_shape(build)

@@ -120,14 +120,27 @@ def test_grad_accumulation_matches_one_big_batch(data_cache):
     batch = {"image": jnp.asarray(rng.normal(size=(32, 32, 32, 3)), jnp.float32),
              "label": jnp.asarray(rng.integers(0, 10, 32), jnp.int32)}
     out = {}
-    for g in (1, 4):
+    for g, unroll in ((1, None), (4, None), (4, 1), (4, 2)):
         cfg = _smoke(data_cache, grad_accum_steps=g)
-        step = train.TrainStep(make_model(cfg.model_config(), seed=0), cfg)
+        step = train.TrainStep(make_model(cfg.model_config(), seed=0), cfg, unroll=unroll)
         loss = step(batch)
-        out[g] = (float(loss), jax.tree.leaves(step.state[0]))
-    assert out[1][0] == pytest.approx(out[4][0], rel=1e-5)
-    for a, b in zip(out[1][1], out[4][1]):
-        np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-6)
+        out[g, unroll] = (float(loss), jax.tree.leaves(step.state[0]))
+    for key in ((4, None), (4, 1), (4, 2)):
+        assert out[1, None][0] == pytest.approx(out[key][0], rel=1e-5), key
+        for a, b in zip(out[1, None][1], out[key][1]):
+            np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-6)
+
+
+def test_accumulation_loop_is_unrolled_on_the_cpu_and_rolled_for_the_memory_analysis(data_cache):
+    # XLA's CPU backend runs a while loop's body many times slower (train.accum_unroll): the timed
+    # step has no loop on the CPU; the memory analysis compiles the rolled loop accelerators run
+    from experiments import memory
+    cfg = _smoke(data_cache, model="cnn", width=8, grad_accum_steps=2)
+    assert train.accum_unroll(2) == 2 and train.accum_unroll(2, backend="gpu") == 1
+    batch = train.batch_specs(cfg)
+    timed = train.TrainStep(make_model(cfg.model_config(), seed=0), cfg).compile(batch).as_text()
+    rolled = memory.abstract_step(cfg).jitted.lower(memory.abstract_step(cfg).state, batch).compile().as_text()
+    assert " while(" not in timed and " while(" in rolled
 
 
 def test_bf16_computes_in_bf16_with_fp32_params(data_cache):
