@@ -38,12 +38,26 @@ on the rows' CPU-time stamps (``read/decode/augment_cpu_s_per_sample``: thread t
 in every row, workers or not), and the rest on the measured samples/s, by least squares on
 log-ratios (scipy ``least_squares``, several seeded starts). Rows measured before the loader
 stamped CPU time fit ``g`` with the rest (``g₀ = g_px = 0``, inside ``x₀`` and ``x_px``) and, for
-runs without workers, on the wall-time stamps, which are nearly uncontended there. (The rows also
-carry ``worker_cpu_s_per_sample``, all CPU seconds of the worker processes per sample. Fitting
-``x`` to it, with a worker process's extra cost per sample and its use of more than one core as
-two more parameters, took one fresh quick study's 5-fold held-out error from 6.9% to 5.2% median
-but its Kendall τ from 0.80 to 0.49, max 35% either way: a worker's cost is not the main process's,
-and 14 configurations do not pin the difference. It is measured, and not fitted.)
+runs without workers, on the wall-time stamps, which are nearly uncontended there.
+
+In a worker process the loader costs more than the stamped stages plus ``x₀ + x_px · px``: Grain's
+per-element work, batching and the batch's copy into shared memory run there, and on the quick study
+of 2026-11-25 a worker's CPU per sample outside the stamped stages was 53–65 µs at batch 128 and
+16×16 images, 84 µs at batch 64 and 120 µs at batch 32 and 48×48. When every row with workers carries
+``worker_cpu_s_per_sample`` (all CPU seconds of the worker processes per sample), a worker's ``x``
+is ``g + w₀ + w_B / B + w_px · px + w_a · a``, fitted on those rows' worker CPU alone after ``g``
+(``worker_*`` parameters), and ``x₀``, ``x_px`` describe the loader in the main process. Measured
+(``results/cpu-2core/study`` and its ``holdout/second`` sweep, 5-fold and the independent sweep,
+median / max / τ): without the worker terms 6.1% / 36.5% / 0.52 and 5.4% / 33.9% / 0.82; with them
+2.3% / 29.5% / 0.56 and 6.2% / 18.9% / 0.79. On the previous study and sweep (measured with the
+rolled accumulation loop, whose step errors dominate there): 6.9% / 34.6% / 0.80 and 8.8% / 66.0%
+/ 0.85 without, 5.2% / 34.1% / 0.52 and 10.0% / 70.9% / 0.79 with. The worker terms cut the largest
+error where the step is not the problem and the median of the cross-validation on both; the rank
+correlation falls, mostly within clusters of configurations whose measured rates are within their
+noise of each other. (An earlier form fitted the shared ``x`` to the worker CPU with two more
+parameters, a worker's extra cost per sample and its use of more than one core: τ fell from 0.80 to
+0.49 on the first of those studies, max 35% either way.)
+
 Standard errors come from a central-difference Jacobian at the optimum, lmfit-style. ``predict`` maps each
 configuration onto a :class:`memsim.pipeline.PipelineConfig` whose stage times are the contended
 ones above (the workers as the transform stage, the step and main-thread work as compute, the copy
@@ -67,7 +81,8 @@ from analysis.costmodel.features import (CATEGORICAL_KNOBS, FAMILIES, NUMERIC_KN
                                          knob_frame)
 
 FORMAT = "memsim-costmodel"
-VERSION = 3  # 2: the augmentation pass's fixed part (augment_pass_base_s); 3: stage_base_s, stage_pixel_s
+VERSION = 4  # 2: the augmentation pass's fixed part (augment_pass_base_s); 3: stage_base_s, stage_pixel_s;
+# 4: the worker process's own terms (worker_base_s, worker_batch_s, worker_pixel_s, worker_pass_s)
 SOURCES = ("ram", "memmap", "arrayrecord")
 PRECISIONS = ("fp32", "bf16")
 REF_PIXELS = 32 * 32 * 3
@@ -80,6 +95,9 @@ STEP_FIXED = ("step_overhead_s", "update_s_per_param")
 #: stamps when they have them, else with the rest on samples/s
 STAGE_PARAMS = ("stage_base_s", "stage_pixel_s", "augment_pass_base_s", "augment_pass_s", "read_memmap_s",
                 "read_arrayrecord_s")
+#: a worker process's CPU per sample outside the stamped stages (Grain, batching, the batch's copy to
+#: shared memory): fitted on the rows' worker CPU when they have it
+WORKER_PARAMS = ("worker_base_s", "worker_batch_s", "worker_pixel_s", "worker_pass_s")
 LOADER_PARAMS = ("sample_base_s", "pixel_s", "augment_pass_base_s", "augment_pass_s", "read_memmap_s",
                  "read_arrayrecord_s", "stage_base_s", "stage_pixel_s",
                  "batch_overhead_s", "main_overlap_loss", "step_straggler", "step_cores")
@@ -90,6 +108,8 @@ _BOUNDS = {
     "sample_base_s": (1e-7, 1e-1, 2e-4), "pixel_s": (1e-9, 1e-1, 5e-5), "augment_pass_s": (1e-9, 1e-1, 5e-5),
     "stage_base_s": (1e-7, 1e-1, 2e-5), "stage_pixel_s": (1e-9, 1e-1, 5e-6),
     "augment_pass_base_s": (1e-9, 1e-1, 5e-5),
+    "worker_base_s": (1e-8, 1e-1, 3e-5), "worker_batch_s": (1e-8, 1.0, 1e-3), "worker_pixel_s": (1e-9, 1e-1, 1e-5),
+    "worker_pass_s": (1e-9, 1e-1, 1e-5),
     "read_memmap_s": (1e-9, 1e-1, 1e-5), "read_arrayrecord_s": (1e-9, 1e-1, 1e-5),
     "batch_overhead_s": (1e-6, 1.0, 3e-3), "main_overlap_loss": (1e-3, 1.5, 0.3),
     "step_straggler": (1e-3, 3.0, 0.5), "step_cores": (0.1, 64.0, 1.0),
@@ -107,6 +127,10 @@ DESCRIPTION = {
     "stage_pixel_s": "stamped stages' CPU per sample per 32×32×3 image bytes (s)",
     "augment_pass_base_s": "loader CPU per augmentation pass, fixed part (s)",
     "augment_pass_s": "loader CPU per augmentation pass per 32×32×3 image bytes (s)",
+    "worker_base_s": "worker process CPU per sample outside the stamped stages, fixed part (s)",
+    "worker_batch_s": "worker process CPU per batch outside the stamped stages (batching, the copy out) (s)",
+    "worker_pixel_s": "worker process CPU per sample outside the stamped stages per 32×32×3 image bytes (s)",
+    "worker_pass_s": "worker process CPU per sample outside the stamped stages per augmentation pass (s)",
     "read_memmap_s": "extra CPU per record read from a memory-mapped file (s)",
     "read_arrayrecord_s": "extra CPU per record read and decoded from ArrayRecord (s)",
     "batch_overhead_s": "main-thread work per batch: iterator, batching, dispatch (s)",
@@ -237,9 +261,21 @@ def step_time(p: dict, kf: pd.DataFrame, rates: np.ndarray | None = None) -> np.
 
 
 def sample_time(p: dict, kf: pd.DataFrame) -> np.ndarray:
-    """Uncontended loader CPU seconds per sample ``x``."""
+    """Uncontended loader CPU seconds per sample ``x`` (in a worker process: :func:`worker_time`,
+    when the model has the worker fit)."""
     px = np.asarray(kf.pixels) / REF_PIXELS
-    return p["sample_base_s"] + p["pixel_s"] * px + stage_time(p, kf)
+    x = p["sample_base_s"] + p["pixel_s"] * px + stage_time(p, kf)
+    if "worker_base_s" not in p:
+        return x
+    return np.where(np.asarray(kf.num_workers) >= 1, worker_time(p, kf), x)
+
+
+def worker_time(p: dict, kf: pd.DataFrame) -> np.ndarray:
+    """A worker process's CPU seconds per sample: the stamped stages and the rest of its work."""
+    px = np.asarray(kf.pixels) / REF_PIXELS
+    a = np.asarray(kf.augment_cost, float)
+    return (stage_time(p, kf) + p["worker_base_s"] + p["worker_batch_s"] / np.asarray(kf.batch_size, float)
+            + p["worker_pixel_s"] * px + p["worker_pass_s"] * a)
 
 
 def stage_time(p: dict, kf: pd.DataFrame) -> np.ndarray:
@@ -547,6 +583,19 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
         for k in ("stage_base_s", "stage_pixel_s"):
             fixed[k] = 0.0
             notes[k] = "no CPU-time stamps in these rows: part of sample_base_s and pixel_s"
+    # 2b. a worker process's CPU per sample on the rows' worker CPU, when every row with workers has it
+    wcpu = (meas.worker_cpu_s_per_sample.to_numpy(float) if "worker_cpu_s_per_sample" in meas
+            else np.full(n, np.nan))
+    has_w = nw >= 1
+    worker_recs = []
+    wres = SimpleNamespace(fun=np.zeros(0))
+    if stage_recs and has_w.sum() >= 2 and np.all(np.isfinite(wcpu[has_w]) & (wcpu[has_w] > 0)):
+        wkf = kf[has_w].reset_index(drop=True)
+        wcols, w_meas = columns(wkf), wcpu[has_w]
+        wv, wse, wres, wfree = _lsq(lambda q: np.log(worker_time({**p, **q}, wcols) / w_meas),
+                                    list(WORKER_PARAMS), {})
+        p.update(dict(zip(WORKER_PARAMS, wv)))
+        worker_recs = list(zip(WORKER_PARAMS, wv, wse, wfree))
     names = [k for k in names if k not in fixed]
 
     def resid(q):
@@ -564,7 +613,8 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
     p.update(dict(zip(names, lv)))
     # the table, lmfit-style
     recs = []
-    for nm, v, se, fr in list(zip(step_names, sv, sse, sfree)) + stage_recs + list(zip(names, lv, lse, lfree)):
+    for nm, v, se, fr in (list(zip(step_names, sv, sse, sfree)) + stage_recs + worker_recs
+                          + list(zip(names, lv, lse, lfree))):
         ok = bool(np.isfinite(se)) and se < 10  # beyond e^±20 the rows do not identify it
         note = "" if ok else ("at a bound of its range" if not fr else "not identified by these rows")
         recs.append({"param": nm, "value": float(v), "stderr": float(v * se) if ok else math.nan,
@@ -579,13 +629,14 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
     T_fit = cycle(p, step_time(p, kf), B * sample_time(p, kf), tr, nw, cores)["T"]
     y, yhat = np.log(B / T_meas), np.log(B / T_fit)
     ss_tot = float(((y - y.mean()) ** 2).sum())
-    stats = {"n_configs": n, "n_residuals": int(len(lres.fun) + len(sres.fun) + len(gres.fun)),
-             "n_free": int(len(step_names) + len(stage_recs) + len(names)),
+    stats = {"n_configs": n, "n_residuals": int(len(lres.fun) + len(sres.fun) + len(gres.fun) + len(wres.fun)),
+             "n_free": int(len(step_names) + len(stage_recs) + len(worker_recs) + len(names)),
              "rms_log_residual": float(np.sqrt(np.mean(np.concatenate([lres.fun, sres.fun]) ** 2))),
              "r2_log_samples_per_s": float(1 - ((y - yhat) ** 2).sum() / ss_tot) if ss_tot > 0 else math.nan,
              "median_abs_rel_error": float(np.median(np.abs(T_meas / T_fit - 1))),
              "step_rms_log_residual": float(np.sqrt(np.mean(sres.fun ** 2))),
-             "stage_rms_log_residual": float(np.sqrt(np.mean(gres.fun ** 2))) if len(gres.fun) else math.nan}
+             "stage_rms_log_residual": float(np.sqrt(np.mean(gres.fun ** 2))) if len(gres.fun) else math.nan,
+             "worker_rms_log_residual": float(np.sqrt(np.mean(wres.fun ** 2))) if len(wres.fun) else math.nan}
     env = {k: str(meas[k].iloc[0]) for k in ("platform", "device_kind", "jax_version", "grain_version", "git_commit")
            if k in meas}
     ranges = _ranges(kf)

@@ -12,7 +12,7 @@ import pytest
 
 from analysis import costmodel
 from analysis.costmodel import features
-from analysis.costmodel.model import VERSION, components, stage_time
+from analysis.costmodel.model import VERSION, components, stage_time, worker_time
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDY = ROOT / "results" / "cpu-2core" / "study"
@@ -34,9 +34,10 @@ def _true_model(params=None):
 
 
 def synthetic_rows(n: int = 24, seed: int = 0, noise: float = 0.0, params: dict | None = None,
-                   cpu_stamps: bool = False) -> pd.DataFrame:
+                   cpu_stamps: bool = False, worker_cpu: bool = False) -> pd.DataFrame:
     """Rows whose samples/s are the model's own cycle at ``params`` (TRUE; two repeats each); with
-    ``cpu_stamps`` they carry the stamped stages' CPU seconds per sample as the loader writes them."""
+    ``cpu_stamps`` they carry the stamped stages' CPU seconds per sample as the loader writes them,
+    with ``worker_cpu`` the worker processes' CPU per sample (``worker_time``; NaN without workers)."""
     rng = np.random.default_rng(seed)
     cfg = pd.DataFrame({
         "model": rng.choice(["mlp", "cnn"], n), "precision": rng.choice(["fp32", "bf16"], n),
@@ -62,6 +63,9 @@ def synthetic_rows(n: int = 24, seed: int = 0, noise: float = 0.0, params: dict 
         if cpu_stamps:  # split over the three stamps as the loader would (the fit reads their sum)
             d["read_cpu_s_per_sample"], d["decode_cpu_s_per_sample"] = 0.1 * stages, 0.2 * stages
             d["augment_cpu_s_per_sample"] = 0.7 * stages
+        if worker_cpu:
+            d["worker_cpu_s_per_sample"] = np.where(cfg.num_workers >= 1,
+                                                    worker_time(params or TRUE, features.knob_frame(cfg)), np.nan)
         rows.append(d)
     return pd.concat(rows, ignore_index=True)
 
@@ -101,6 +105,27 @@ def test_cpu_stamps_calibrate_the_stages_apart_from_the_loader_overhead():
     assert model.stats["stage_rms_log_residual"] < 1e-6
     old = costmodel.fit(synthetic_rows())
     assert old.params["stage_base_s"] == 0 and old.table.set_index("param").loc["stage_pixel_s", "fixed"]
+
+
+def test_worker_cpu_calibrates_the_workers_apart_from_the_main_process_loader():
+    # A worker process's CPU per sample has its own terms (a per-batch part among them), fitted on the
+    # rows' worker CPU; the main process's loader (num_workers=0) keeps sample_base_s and pixel_s
+    true = {**TRUE, "stage_base_s": 3e-5, "stage_pixel_s": 1e-5, "worker_base_s": 2e-5, "worker_batch_s": 2e-3,
+            "worker_pixel_s": 2.5e-5, "worker_pass_s": 1.3e-5}
+    rows = synthetic_rows(params=true, cpu_stamps=True, worker_cpu=True)
+    model = costmodel.fit(rows)
+    for k in ("worker_base_s", "worker_batch_s", "worker_pixel_s", "worker_pass_s", "sample_base_s", "pixel_s",
+              "step_straggler", "batch_overhead_s"):
+        assert model.params[k] == pytest.approx(true[k], rel=0.05), k
+    assert model.stats["worker_rms_log_residual"] < 1e-6 and model.stats["median_abs_rel_error"] < 1e-3
+    # the workers' loader time is the worker fit's, the main process's the other
+    kf = features.knob_frame(rows.drop_duplicates("config_id"))
+    x = costmodel.model.sample_time(model.params, kf)
+    w = kf.num_workers.to_numpy() >= 1
+    np.testing.assert_allclose(x[w], worker_time(true, kf)[w], rtol=0.02)
+    without = costmodel.fit(rows.drop(columns="worker_cpu_s_per_sample"))
+    assert "worker_base_s" not in without.params and without.stats["worker_rms_log_residual"] != \
+        without.stats["worker_rms_log_residual"]  # NaN: no worker fit
 
 
 def test_cycle_solves_its_fixed_point():
