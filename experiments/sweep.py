@@ -176,13 +176,14 @@ def smoke() -> SweepConfig:
 
 def quick() -> SweepConfig:
     """The demo's sweep: the workers × prefetch × feed grid (2 × 2 × 2 = 8; one worker, grain_device_put
-    and the other knobs come from the designed sample of 6), each configuration twice, interleaved,
-    1 s windows: 28 runs in 200 s on a 2-core CPU (about 7 s per run, bound included; 223 s on a slow
-    day). At least 5 steps per window: the 1 s windows hold 30 or more steps of every configuration
-    but one, whose CNN step with gradient accumulation takes 0.4 to 0.9 s here, so that its 10-step
-    windows were 9 s each (36 of the sweep's 223 s on a slow day, fed and bound, two repeats) while
-    its repeats agreed within 0.2%."""
-    return SweepConfig(num_workers=(0, 2), feed=("none", "double_buffer"), sample_size=6, repeats=2, min_steps=5,
+    and the other knobs come from the designed sample of 9, in which every three-level knob takes
+    each level three times), each configuration twice, interleaved, 1 s windows, at least 5 steps
+    each. With gradient accumulation unrolled on the CPU (``experiments.train.accum_unroll``) the
+    slowest step is the CNN's in bf16, about 90 ms at batch 128 and 48×48 images, so every window
+    holds its 5 steps within the 1 s. The study's 14 configurations (a sample of 6) took 116 s for
+    28 runs on the 2-core CPU; a sample of 9 gives the calibration three more configurations, for
+    about 25 s."""
+    return SweepConfig(num_workers=(0, 2), feed=("none", "double_buffer"), sample_size=9, repeats=2, min_steps=5,
                        min_measure_s=1.0, max_warmup_s=1.0, grain_stats=False)
 
 
