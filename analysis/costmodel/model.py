@@ -47,16 +47,24 @@ of 2026-11-25 a worker's CPU per sample outside the stamped stages was 53–65 �
 ``worker_cpu_s_per_sample`` (all CPU seconds of the worker processes per sample), a worker's ``x``
 is ``g + w₀ + w_B / B + w_px · px + w_a · a``, fitted on those rows' worker CPU alone after ``g``
 (``worker_*`` parameters), and ``x₀``, ``x_px`` describe the loader in the main process. Measured
-(``results/cpu-2core/study`` and its ``holdout/second`` sweep, 5-fold and the independent sweep,
-median / max / τ): without the worker terms 6.1% / 36.5% / 0.52 and 5.4% / 33.9% / 0.82; with them
-2.3% / 29.5% / 0.56 and 6.2% / 18.9% / 0.79. On the previous study and sweep (measured with the
-rolled accumulation loop, whose step errors dominate there): 6.9% / 34.6% / 0.80 and 8.8% / 66.0%
-/ 0.85 without, 5.2% / 34.1% / 0.52 and 10.0% / 70.9% / 0.79 with. The worker terms cut the largest
-error where the step is not the problem and the median of the cross-validation on both; the rank
-correlation falls, mostly within clusters of configurations whose measured rates are within their
+on the 2-core CPU, 5-fold cross-validation of a quick study and the model fitted on it predicting
+``results/cpu-2core/holdout/second``, median / max / τ, without the worker terms → with them:
+
+- the committed ``results/cpu-2core/study`` (17 configurations): 8.9% / 73.7% / 0.72 → 3.3% /
+  92.3% / 0.85, and 6.3% / 46.4% / 0.85 → 4.8% / 30.7% / 0.79;
+- a 14-configuration quick study of the same day: 6.1% / 36.5% / 0.52 → 2.3% / 29.5% / 0.56, and
+  5.4% / 33.9% / 0.82 → 6.2% / 18.9% / 0.79;
+- the study before that (with the rolled accumulation loop, whose step errors dominate there) and
+  its own second sweep: 6.9% / 34.6% / 0.80 → 5.2% / 34.1% / 0.52, and 8.8% / 66.0% / 0.85 →
+  10.0% / 70.9% / 0.79.
+
+The worker terms cut the median in four of the six checks and the largest error of the holdout
+sweep where the step is not the problem; the largest cross-validation errors are step shapes either
+way (92% is an MLP in bf16 whose step the fold had not seen). The rank correlation moves both ways,
+mostly within clusters of configurations whose measured rates are within their
 noise of each other. (An earlier form fitted the shared ``x`` to the worker CPU with two more
 parameters, a worker's extra cost per sample and its use of more than one core: τ fell from 0.80 to
-0.49 on the first of those studies, max 35% either way.)
+0.49 on the last of those studies, max 35% either way.)
 
 Standard errors come from a central-difference Jacobian at the optimum, lmfit-style. ``predict`` maps each
 configuration onto a :class:`memsim.pipeline.PipelineConfig` whose stage times are the contended

@@ -377,7 +377,10 @@ def test_calibrated_simulation_of_the_committed_study(tmp_path):
     m = re.search(r"Uncalibrated, .*?median \|rel error\| ([\d.]+)%.*?Calibrated: \*\*([\d.]+)%\*\* median.*?"
                   r"held out of the fit \(5-fold.*?\) ([\d.]+)% median", md, re.S)
     uncal, fitted, held = (float(g) for g in m.groups())
-    assert fitted < held and fitted < uncal / 2, (uncal, fitted, held)
+    # calibrated beats uncalibrated in and out of sample; the in-sample median need not be below the
+    # held-out one (the fit minimises squared log errors of the step, the stages, the workers and
+    # samples/s together, not the median: on the committed study 4.5% in sample, 3.3% held out)
+    assert fitted < uncal / 2 and held < uncal / 2, (uncal, fitted, held)
     assert f"median |rel error| {held}%" in predicted_section(study)  # the same cross-validation
     rows = [ln for ln in md.split("![")[0].splitlines() if ln.startswith("| ") and "configuration" not in ln]
     assert len(rows) == study.runs.config_id.nunique()
