@@ -17,7 +17,7 @@ import pandas as pd
 
 from experiments import configs, env as env_lib
 from experiments.configs import ConfigError, check
-from experiments.loader import (LoaderConfig, build_dataset, grain_stats_frame, release_dead_workers_segments,
+from experiments.loader import (LoaderConfig, build_dataset, freeze_heap, grain_stats_frame, release_dead_workers_segments,
                                 shm_segments)
 from experiments.models import FAMILIES, ModelConfig
 from experiments import data as data_lib
@@ -603,6 +603,7 @@ def run_detailed(cfg: TrainConfig) -> RunResult:
             return {"step": i, "phase": "fed", "data_wait_s": t1 - t0, "step_time_s": t2 - t0,
                     "compute_s": t2 - t1, "loss": loss_v, **times}
 
+        freeze_heap()  # the model, the compiled step and the imports: out of the loop's collections
         fed = measure_window(fed_step, cfg, on_measure_start=sampler.window_start, agree=agree,
                              agree_every=agree_every)
         cpu_util = sampler.cpu_util()
@@ -618,7 +619,8 @@ def run_detailed(cfg: TrainConfig) -> RunResult:
         closed = True
         sampler.stop()
         import gc
-        gc.collect()  # Grain's shared-memory batches still buffered are unlinked when collected
+        gc.unfreeze()  # Grain's shared-memory batches still buffered are unlinked when collected,
+        freeze_heap()  # then the bound's window runs with the heap frozen, as the fed loop's did
         loader_quiet = _loader_quiet()
         release_dead_workers_segments()  # what the stopped workers left in flight
         resident = put(host_batch, sharding)
@@ -638,10 +640,11 @@ def run_detailed(cfg: TrainConfig) -> RunResult:
 
         bound = measure_window(resident_step, cfg, agree=agree, agree_every=agree_every)
     finally:
+        import gc
+        gc.unfreeze()
         if not closed:
             feed.close()
             sampler.stop()
-            import gc
             gc.collect()
             _loader_quiet()
             release_dead_workers_segments()  # a killed worker's half-made batch included
