@@ -50,17 +50,20 @@ is ``g + w₀ + w_B / B + w_px · px + w_a · a``, fitted on those rows' worker 
 on the 2-core CPU, 5-fold cross-validation of a quick study and the model fitted on it predicting
 ``results/cpu-2core/holdout/second``, median / max / τ, without the worker terms → with them:
 
-- the committed ``results/cpu-2core/study`` (17 configurations): 8.9% / 73.7% / 0.72 → 3.3% /
-  92.3% / 0.85, and 6.3% / 46.4% / 0.85 → 4.8% / 30.7% / 0.79;
-- a 14-configuration quick study of the same day: 6.1% / 36.5% / 0.52 → 2.3% / 29.5% / 0.56, and
-  5.4% / 33.9% / 0.82 → 6.2% / 18.9% / 0.79;
+- the committed ``results/cpu-2core/study`` (17 configurations) and its second sweep: 11.0% / 65.0%
+  / 0.79 → 6.0% / 77.7% / 0.84, and 11.4% / 20.2% / 0.85 → 6.6% / 17.2% / 0.79;
+- a 17-configuration study of the same day, measured before the heap was frozen in measured
+  windows, against an earlier second sweep: 8.9% / 73.7% / 0.72 → 3.3% / 92.3% / 0.85, and 6.3% /
+  46.4% / 0.85 → 4.8% / 30.7% / 0.79;
+- a 14-configuration quick study of the same day against that sweep: 6.1% / 36.5% / 0.52 → 2.3% /
+  29.5% / 0.56, and 5.4% / 33.9% / 0.82 → 6.2% / 18.9% / 0.79;
 - the study before that (with the rolled accumulation loop, whose step errors dominate there) and
   its own second sweep: 6.9% / 34.6% / 0.80 → 5.2% / 34.1% / 0.52, and 8.8% / 66.0% / 0.85 →
   10.0% / 70.9% / 0.79.
 
-The worker terms cut the median in four of the six checks and the largest error of the holdout
+The worker terms cut the median in six of the eight checks and the largest error of the holdout
 sweep where the step is not the problem; the largest cross-validation errors are step shapes either
-way (92% is an MLP in bf16 whose step the fold had not seen). The rank correlation moves both ways,
+way (78% and 92% are an MLP in bf16 whose step the fold had not seen). The rank correlation moves both ways,
 mostly within clusters of configurations whose measured rates are within their
 noise of each other. (An earlier form fitted the shared ``x`` to the worker CPU with two more
 parameters, a worker's extra cost per sample and its use of more than one core: τ fell from 0.80 to
