@@ -7,7 +7,9 @@ or a knob, and ``C`` is the host's core count from the rows):
   u · params`` — a roofline's compute side per micro-batch (``flop_rate_*`` fitted per model family
   and precision from the device-resident runs; on CPU bf16 is emulated and slower, so it gets its
   own rate), a fixed cost per micro-batch (dispatch, small kernels) and an optimizer update per
-  parameter (adamw touches every parameter once per step).
+  parameter (adamw touches every parameter once per step). With accumulation (``accum`` > 1) each
+  micro-batch's time is multiplied by ``accum_loop_<family>``, fitted: the accumulator's additions
+  and the part of a micro-batch that does not shrink with it.
 - **loader CPU per sample** (uncontended): ``x = x₀ + x_px · px + g``, the stamped stages
   ``g = g₀ + g_px · px + a · (x_pass + x_aug · px) + r[source]`` (read, decode, normalise, crop,
   flip and augmentation: what the loader stamps with its thread's CPU time) and ``x₀ + x_px · px``
@@ -153,8 +155,8 @@ DESCRIPTION = {
 
 def _describe(name: str) -> str:
     if name.startswith("accum_loop_"):
-        return (f"slow-down of a {name[len('accum_loop_'):]} micro-batch inside the gradient-accumulation "
-                f"loop (XLA compiles the loop body apart)")
+        return (f"factor on a {name[len('accum_loop_'):]} micro-batch's time when the step accumulates "
+                f"gradients (the accumulator, and what does not shrink with the micro-batch)")
     return "step FLOP/s of " + name[len("flop_rate_"):].replace("_", " ")
 
 
