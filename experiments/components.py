@@ -135,9 +135,9 @@ def for_sweep(cfg, repeats: int = 1, loader: bool = True) -> ComponentConfig:
     and the middle one: two points identify a cell's rate beside the overhead all cells share. (With
     accumulation unrolled on the CPU, ``experiments.train.accum_unroll``, the largest corner costs
     50–90 ms a step, and 8 more shapes 12–14 s. Adding the largest corner, or the smallest batch at
-    the largest image, was measured on the 2-core CPU's quick studies of 2026-11-25: the held-out
-    errors moved in opposite directions between the study's cross-validation and an independent
-    sweep, so neither was kept; ``results/cpu-2core/holdout/README.md``.)
+    the largest image, was measured on the 2-core CPU's quick studies of 2026-11-25: neither
+    improved both the study's cross-validation and the prediction of an independent sweep, so
+    neither was kept; ``results/cpu-2core/holdout/README.md``.)
     The loader gets a balanced sample of source × image size × augmentation cost, as many points
     as the largest level count squared (9 of the 27 combinations for the quick sweep); with
     ``loader=False`` none (the study's choice: calibration does not use it by default, see

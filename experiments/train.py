@@ -8,6 +8,7 @@ clock stops for each step; the device-resident bound is measured in the same run
 from __future__ import annotations
 
 import dataclasses
+import gc
 import math
 import threading
 import time
@@ -618,7 +619,6 @@ def run_detailed(cfg: TrainConfig) -> RunResult:
         feed.close()
         closed = True
         sampler.stop()
-        import gc
         gc.unfreeze()  # Grain's shared-memory batches still buffered are unlinked when collected,
         freeze_heap()  # then the bound's window runs with the heap frozen, as the fed loop's did
         loader_quiet = _loader_quiet()
@@ -640,7 +640,6 @@ def run_detailed(cfg: TrainConfig) -> RunResult:
 
         bound = measure_window(resident_step, cfg, agree=agree, agree_every=agree_every)
     finally:
-        import gc
         gc.unfreeze()
         if not closed:
             feed.close()
