@@ -13,11 +13,19 @@ share the cores, to the runs.
   with the runs' window rules and shorter windows. Each row has ``device_resident_samples_per_s``,
   the step median, the compile time and XLA's FLOPs: the columns a sweep row has, so that
   ``analysis.costmodel.fit(step_probe=...)`` reads either.
+- **stage probe** (``stage_probe/rows.csv``). For each (source, image_size, augment_cost) the
+  loader's stamped stages (``experiments.loader``'s ``TimedSource`` read, ``Decode``, ``Augment``)
+  are called alone in one thread on the runs' data, without Grain. Each row has the stages' CPU
+  per sample (``read_cpu_s_per_sample``, ``decode_cpu_s_per_sample``, ``augment_cpu_s_per_sample``:
+  the columns a sweep row has). A run stamps only the few (source, image size, augmentation)
+  combinations its designed sample holds, inside a pipeline whose other processes disturb them;
+  the probe measures every combination of the levels in about 10 s, so the cost model gets the
+  stages' shape from the probe and only how the pipeline inflates them from the runs.
 - **loader probe** (``loader_probe/rows.csv``). For each (source, image_size, augment_cost) the runs'
   Grain pipeline, with no worker process and no prefetch thread, is iterated alone. Each row has
   the seconds per batch and per sample.
 
-The study measures the step probe only: calibration uses the loader probe only when asked
+The study measures the step and stage probes: calibration uses the loader probe only when asked
 (``costmodel fit --loader_probe``; see ``analysis.costmodel.model.fit`` for the measurement
 that decided it).
 
@@ -55,13 +63,16 @@ class ComponentConfig:
     # (batch_size, image_size) pairs per model/precision/accumulation cell: the corners and the
     # centre of the sampled range, so that a cell's overhead and rate are both identified
     step_shapes: tuple[tuple[int, int], ...] = ((32, 16), (128, 16), (64, 32), (32, 48), (128, 48))
-    # loader probe: every combination
+    # stage and loader probes: the levels (the stage probe takes every combination)
     source: tuple[str, ...] = ("ram", "memmap", "arrayrecord")
     image_size: tuple[int, ...] = (16, 32, 48)
     augment_cost: tuple[int, ...] = (0, 2, 4)
     # 0: every combination; n > 0: a balanced designed sample of n of them (experiments.sweep.design_sample)
     loader_sample: int = 0
     loader_batch_size: int = 64
+    loader: bool = True  # the loader probe
+    stage: bool = True  # the stage probe
+    stage_batch_size: int = 32  # samples per timed window step of the stage probe
     # the models and data of the runs the probes stand for (the sweep's)
     width: int = 512
     depth: int = 2
@@ -84,6 +95,7 @@ class ComponentConfig:
               self.step_shapes, "each shape is a (batch_size, image_size) pair of positive integers")
         check(self.repeats >= 1, "repeats", self.repeats, "must be >= 1")
         check(self.loader_batch_size >= 1, "loader_batch_size", self.loader_batch_size, "must be >= 1")
+        check(self.stage_batch_size >= 1, "stage_batch_size", self.stage_batch_size, "must be >= 1")
         check(self.min_steps >= 2, "min_steps", self.min_steps, "must be >= 2")
         self.step_configs()  # every shape must be a valid run, before any work
         self.loader_configs()
@@ -106,9 +118,15 @@ class ComponentConfig:
             out.append(self._train_config(model=m, precision=q, grad_accum_steps=g, batch_size=b, image_size=s))
         return out
 
+    def stage_configs(self) -> list:
+        if not (self.stage and self.source and self.image_size and self.augment_cost):
+            return []
+        return [self._train_config(source=src, image_size=s, augment_cost=a, batch_size=self.stage_batch_size)
+                for src, s, a in itertools.product(self.source, self.image_size, self.augment_cost)]
+
     def loader_configs(self) -> list:
-        if not (self.source and self.image_size and self.augment_cost):
-            return []  # a level list left empty: no loader probe
+        if not (self.loader and self.source and self.image_size and self.augment_cost):
+            return []  # off, or a level list left empty: no loader probe
         if self.loader_sample:
             from experiments.sweep import design_sample
             pts = design_sample({"source": self.source, "image_size": self.image_size,
@@ -127,7 +145,7 @@ def smoke() -> ComponentConfig:
                            width=16, depth=1, num_samples=64, min_steps=2, min_measure_s=0.0, max_warmup_s=0.05)
 
 
-def for_sweep(cfg, repeats: int = 1, loader: bool = True) -> ComponentConfig:
+def for_sweep(cfg, repeats: int = 1, loader: bool = True, stage: bool = True) -> ComponentConfig:
     """The component probes of a sweep (``experiments.sweep.SweepConfig``): its models and data, the
     levels of its grid and designed sample.
 
@@ -141,7 +159,8 @@ def for_sweep(cfg, repeats: int = 1, loader: bool = True) -> ComponentConfig:
     The loader gets a balanced sample of source × image size × augmentation cost, as many points
     as the largest level count squared (9 of the 27 combinations for the quick sweep); with
     ``loader=False`` none (the study's choice: calibration does not use it by default, see
-    ``analysis.costmodel.model.fit``)."""
+    ``analysis.costmodel.model.fit``). The stage probe takes every combination (27 for the quick
+    sweep, about 10 s on the 2-core CPU); ``stage=False`` leaves it out."""
     def levels(k):
         vals = set(getattr(cfg, k)) | (set(getattr(cfg, f"sample_{k}")) if cfg.sample_size else set())
         return tuple(sorted(vals))
@@ -151,7 +170,7 @@ def for_sweep(cfg, repeats: int = 1, loader: bool = True) -> ComponentConfig:
     n_loader = len(src) * len(im) * len(aug)
     return ComponentConfig(model=levels("model"), precision=levels("precision"),
                            grad_accum_steps=levels("grad_accum_steps"), step_shapes=tuple(shapes),
-                           source=src if loader else (), image_size=im, augment_cost=aug,
+                           source=src, image_size=im, augment_cost=aug, loader=loader, stage=stage,
                            loader_sample=min(n_loader, max(len(src), len(im), len(aug)) ** 2),
                            width=cfg.width, depth=cfg.depth, cnn_width=cfg.cnn_width, cnn_depth=cfg.cnn_depth,
                            num_samples=cfg.num_samples, cache_dir=cfg.cache_dir, repeats=repeats,
@@ -207,6 +226,39 @@ def measure_step(tc) -> dict:
             "xla_flops_per_step": float(cost.get("flops", np.nan))}
 
 
+def measure_stage(tc) -> dict:
+    """The stamped stages of ``tc``'s loader alone, in this thread: a window step reads, decodes
+    (ArrayRecord) and augments ``tc.batch_size`` samples in a seeded shuffled order, with ``tc``'s
+    window rules. The stages stamp their own thread CPU time, as in a run."""
+    from experiments.data import image_source
+    from experiments.loader import Augment, Decode, TimedSource
+    from experiments.train import measure_window
+    lc = tc.loader_config()
+    src = TimedSource(image_source(lc.image_spec, lc.source, lc.cache_dir))
+    decode = Decode(str(src.src.path)) if lc.source == "arrayrecord" else None
+    augment = Augment(lc.crop_padding, lc.augment_cost)
+    rng = np.random.default_rng(tc.seed)
+    order = rng.permutation(len(src))
+    stamps = []
+
+    def one(i):
+        t = time.perf_counter()
+        acc = np.zeros(3)
+        for k in range(i * tc.batch_size, (i + 1) * tc.batch_size):
+            x = src[int(order[k % len(order)])]
+            x = augment(decode(x) if decode is not None else x, rng)
+            acc += (x["c_read"], x["c_decode"], x["c_augment"])
+        stamps.append(acc)
+        return {"step_time_s": time.perf_counter() - t}
+    w = measure_window(one, tc)
+    n = tc.batch_size * (len(stamps) - w.warmup_steps)
+    read, dec, aug = np.sum(stamps[w.warmup_steps:], axis=0) / n
+    times = np.array([r["step_time_s"] for r in w.records[w.warmup_steps:]])
+    return {"read_cpu_s_per_sample": float(read), "decode_cpu_s_per_sample": float(dec),
+            "augment_cpu_s_per_sample": float(aug), "stage_s_per_sample": float(times.sum()) / n,
+            "samples_measured": n, "stage_measure_s": float(times.sum())}
+
+
 def measure_loader(tc) -> dict:
     """The loader of ``tc`` alone (no worker process, no prefetch thread): seconds per batch."""
     from experiments.loader import build_dataset
@@ -237,14 +289,16 @@ def _order(n: int, repeats: int, seed: int) -> list[tuple[int, int]]:
 
 
 def run(cfg: ComponentConfig, out: str | Path, progress: bool = True) -> dict:
-    """Measures the step and loader probes of ``cfg`` into ``out/step_probe`` and ``out/loader_probe``
-    (resumable). Returns ``{"step": rows, "loader": rows, "failed": n, "seconds": s}``; a shape that
-    fails becomes a row with ``status='failed'`` and its error, and the others go on."""
+    """Measures the step, stage and loader probes of ``cfg`` into ``out/step_probe``,
+    ``out/stage_probe`` and ``out/loader_probe`` (resumable). Returns ``{"step": rows, "stage": rows,
+    "loader": rows, "failed": n, "seconds": s}``; a shape that fails becomes a row with
+    ``status='failed'`` and its error, and the others go on."""
     out = Path(out)
     env = {k: v for k, v in environment().items() if k in ENV_KEYS}
     t_start = time.perf_counter()
     failed = 0
     for kind, tcs, keys, fn in (("step", cfg.step_configs(), STEP_KEYS, measure_step),
+                                ("stage", cfg.stage_configs(), LOADER_KEYS, measure_stage),
                                 ("loader", cfg.loader_configs(), LOADER_KEYS, measure_loader)):
         if not tcs:
             continue
@@ -273,13 +327,14 @@ def run(cfg: ComponentConfig, out: str | Path, progress: bool = True) -> dict:
             if progress:
                 what = ", ".join(f"{key}={flat[key]}" for key in keys)
                 val = (f"{row.get('device_resident_step_median_s', float('nan')) * 1e3:.2f} ms/step" if kind == "step"
-                       else f"{row.get('loader_s_per_sample', float('nan')) * 1e6:.1f} µs/sample")
+                       else f"{row.get(kind + '_s_per_sample', float('nan')) * 1e6:.1f} µs/sample")
                 print(f"  {kind} probe {k + 1}/{len(order)} {what}: {val if row['status'] == 'ok' else row['error']}",
                       file=sys.stderr, flush=True)
     def rows(kind):
         f = out / f"{kind}_probe" / "rows.csv"
         return results.read_csv_rows(f) if f.is_file() else pd.DataFrame()
-    return {"step": rows("step"), "loader": rows("loader"), "failed": failed, "seconds": time.perf_counter() - t_start}
+    return {"step": rows("step"), "stage": rows("stage"), "loader": rows("loader"), "failed": failed,
+            "seconds": time.perf_counter() - t_start}
 
 
 def main(cfg: ComponentConfig, preset: str, run_id: str | None = None, results_root: str | None = None) -> int:
@@ -290,7 +345,8 @@ def main(cfg: ComponentConfig, preset: str, run_id: str | None = None, results_r
     res, code = sweep.run_interruptible(lambda: run(cfg, out), out)
     if code is not None:
         return code
-    print(f"step probe: {len(res['step'])} rows, loader probe: {len(res['loader'])} rows, "
+    print(f"step probe: {len(res['step'])} rows, stage probe: {len(res['stage'])} rows, "
+          f"loader probe: {len(res['loader'])} rows, "
           f"{res['seconds']:.0f} s → {out}")
     if res["failed"]:
         print(f"error: {res['failed']} shape(s) failed; their rows name the error", file=sys.stderr)

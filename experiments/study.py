@@ -2,8 +2,8 @@
 scaling run and the memory footprints, written into one results folder; then ``report.md`` from
 that folder.
 
-The study only measures and writes: rows (``rows.csv``, ``probe/``, ``step_probe/``, ``scaling/``, ``memory.csv``, ``rules/``)
-and ``study.json`` (preset, environment, seconds per stage, the error of each stage that failed).
+The study only measures and writes: rows (``rows.csv``, ``probe/``, ``step_probe/``, ``stage_probe/``,
+``scaling/``, ``memory.csv``, ``rules/``) and ``study.json`` (preset, environment, seconds per stage, the error of each stage that failed).
 Its one call into analysis is ``analysis.report.build_report(folder)``, the same function as
 ``python -m analysis report FOLDER``, so a report can be rebuilt without measuring again. A stage
 that fails is recorded and its report section says so; a section that fails makes the exit status 1.
@@ -70,16 +70,19 @@ def run_probes(cfg: StudyConfig, out: Path):
 
 
 def run_components(cfg: StudyConfig, out: Path):
-    """The step probe of the study's sweep into ``out/step_probe`` (resumable): the step alone over
-    every model × precision × accumulation cell the sweep samples, for the cost model. (The loader
-    probe is left out: calibration does not use it by default.)"""
+    """The step and stage probes of the study's sweep into ``out/step_probe`` and ``out/stage_probe``
+    (resumable), for the cost model: the step alone over every model × precision × accumulation cell
+    the sweep samples, and the loader's stamped stages alone over every source × image size ×
+    augmentation cost. (The loader probe is left out: calibration does not use it by default.)"""
     if cfg.components_preset == "none":
         return None
     from experiments import components
-    print("step probe (the step alone per model, precision and accumulation) …", flush=True)
+    print("step and stage probes (the step alone per model, precision and accumulation; the loader's "
+          "stages alone per source, image size and augmentation) …", flush=True)
     res = components.run(components.for_sweep(cfg, loader=False), out, progress=False)
     if res["failed"]:
-        raise RuntimeError(f"{res['failed']} step probe shape(s) failed; see step_probe/rows.csv")
+        raise RuntimeError(f"{res['failed']} step or stage probe shape(s) failed; see step_probe/rows.csv "
+                           f"and stage_probe/rows.csv")
     return res
 
 

@@ -30,7 +30,7 @@ def read_dir(path: str) -> dict:
                              f"(python -m experiments study --preset quick)")
     out = {"rows": read_csv_rows(d / "rows.csv")}
     for key, rel in (("probes", "probe/rows.csv"), ("steps", "steps.csv"), ("step_probe", "step_probe/rows.csv"),
-                     ("loader_probe", "loader_probe/rows.csv")):
+                     ("stage_probe", "stage_probe/rows.csv"), ("loader_probe", "loader_probe/rows.csv")):
         out[key] = read_csv_rows(d / rel) if (d / rel).is_file() else None
     return out
 
@@ -38,7 +38,7 @@ def read_dir(path: str) -> dict:
 def read_dirs(paths: list[str]) -> dict:
     parts = [read_dir(p) for p in paths]
     out = {}
-    for key in ("rows", "probes", "steps", "step_probe", "loader_probe"):
+    for key in ("rows", "probes", "steps", "step_probe", "stage_probe", "loader_probe"):
         frames = [p[key] for p in parts if p[key] is not None]
         out[key] = pd.concat(frames, ignore_index=True) if frames else None
     return out
@@ -76,7 +76,7 @@ def cmd_fit(args) -> int:
     from analysis.costmodel.model import fit
     d = read_dirs(args.results)
     model = fit(d["rows"], d["probes"], d["steps"], d["step_probe"], sources=args.results,
-                loader_probe=d["loader_probe"] if args.loader_probe else None)
+                loader_probe=d["loader_probe"] if args.loader_probe else None, stage_probe=d["stage_probe"])
     out = Path(args.out or Path(args.results[0]) / "costmodel.json")
     model.save(out)
     print(model.report())
@@ -137,7 +137,7 @@ def cmd_cv(args) -> int:
     from analysis.costmodel.evaluate import cross_validate, summary, worst
     d = read_dir(args.results)
     cmp = cross_validate(d["rows"], kind=args.kind, folds=args.folds, seed=args.seed, probes=d["probes"],
-                         steps=d["steps"], step_probe=d["step_probe"],
+                         steps=d["steps"], step_probe=d["step_probe"], stage_probe=d["stage_probe"],
                          loader_probe=d["loader_probe"] if args.loader_probe else None, step=args.step)
     s = summary(cmp)
     s["kind"] = args.kind

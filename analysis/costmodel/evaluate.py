@@ -138,7 +138,7 @@ def cross_validate(rows: pd.DataFrame, *, kind: str = "kfold", folds: int = 5, s
                    probes: pd.DataFrame | None = None, steps: pd.DataFrame | None = None,
                    step_probe: pd.DataFrame | None = None, knobs=LOKVO_KNOBS,
                    transfer: dict | None = None, loader_probe: pd.DataFrame | None = None,
-                   step: str = "predicted") -> pd.DataFrame:
+                   stage_probe: pd.DataFrame | None = None, step: str = "predicted") -> pd.DataFrame:
     """Held-out predictions: calibrate without some configurations, predict them.
 
     Args:
@@ -147,8 +147,8 @@ def cross_validate(rows: pd.DataFrame, *, kind: str = "kfold", folds: int = 5, s
             ``"lokvo"`` (leave one knob value out: for each knob of ``knobs`` with at least two
             measured values, and each value, hold out every configuration with that value).
         folds: the number of folds of ``kfold`` (at most the number of configurations).
-        probes, steps, step_probe, loader_probe: passed to :func:`fit`. The component probes'
-            rows of a held-out configuration's own step and loader shapes are held out with it
+        probes, steps, step_probe, stage_probe, loader_probe: passed to :func:`fit`. The component
+            probes' rows of a held-out configuration's own step and loader shapes are held out with it
             (:func:`without_held_out`), and under ``lokvo`` every probe row with the held-out value.
         transfer: the probes' copy fit (:func:`transfer_from_probes`) when the caller has it.
         step: ``"predicted"`` (a held-out configuration's step comes from the step model, its own
@@ -192,7 +192,8 @@ def cross_validate(rows: pd.DataFrame, *, kind: str = "kfold", folds: int = 5, s
         train, test = meas[~out_of], meas[out_of]  # summarized once: a configuration's own rows alone
         try:
             model = fit(train, probes, steps, without_held_out(step_probe, test, STEP_SHAPE, knob), transfer=transfer,
-                        loader_probe=without_held_out(loader_probe, test, LOADER_SHAPE, knob))
+                        loader_probe=without_held_out(loader_probe, test, LOADER_SHAPE, knob),
+                        stage_probe=without_held_out(stage_probe, test, LOADER_SHAPE, knob))
         except CostModelError as e:
             print(f"cross-validation: {name} skipped: {e}")
             continue

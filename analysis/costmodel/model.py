@@ -71,6 +71,26 @@ noise of each other. (An earlier form fitted the shared ``x`` to the worker CPU 
 parameters, a worker's extra cost per sample and its use of more than one core: τ fell from 0.80 to
 0.49 on the last of those studies, max 35% either way.)
 
+**The stages alone, and a worker's CPU beside a running step** (version 5). A quick study stamps
+the stages at the few (source, image size, augmentation) combinations its designed sample holds, and
+a pipeline's other processes disturb the stamps: on the study of 2026-11-25 the fit put 4
+augmentation passes at 16×16 pixels at 180 µs where a second sweep stamped 145–162. The study's
+stage probe (``experiments.components``: the same read, decode and augmentation callables alone in
+one thread, every combination of the levels in about 10 s) measures the stages' shape; the stages
+alone are ``g`` above plus an ArrayRecord decode per pixel (``decode_pixel_s``: 3 µs at 16×16 and
+26 µs at 48×48 in the probe), and the rows' stamps are ``stage_scale · g + stage_offset_s`` (1.16
+and 13 µs on that study: inside the pipeline the stages cost about a fifth more). Without a stage
+probe the rows' stamps are ``g`` itself, as before. A worker's CPU per sample outside the stamped
+stages also grows with the share of the cycle the step runs beside it: 50–84 µs where the loader
+was the bottleneck and 120–145 µs where the step was, on the same day's study and sweep (in
+``results/cpu-2core``). A worker's ``x`` therefore has ``+ worker_step_s · φ``, ``φ = min(1, S / T)``:
+the rows' measured ``S`` and ``T`` in the fit, the fixed point of the predicted cycle
+(:func:`solve`) in a prediction. On a fresh quick study and second sweep measured with this code
+(2026-11-25 05:35–05:42 UTC), ``compare`` with each step measured went from 8.7% / 18.8% / 0.64
+(median / max / τ, neither) to 3.3% / 13.3% / 0.76 (the probe) and 2.3% / 11.0% / 0.76 (both), and
+with the step predicted from 7.0% / 18.8% / 0.70 to 3.8% / 19.2% / 0.76 (both), where the step model's
+miss on one shape is the largest error.
+
 Standard errors come from a central-difference Jacobian at the optimum, lmfit-style. ``predict`` maps each
 configuration onto a :class:`memsim.pipeline.PipelineConfig` whose stage times are the contended
 ones above (the workers as the transform stage, the step and main-thread work as compute, the copy
@@ -94,8 +114,9 @@ from analysis.costmodel.features import (CATEGORICAL_KNOBS, FAMILIES, NUMERIC_KN
                                          knob_frame)
 
 FORMAT = "memsim-costmodel"
-VERSION = 4  # 2: the augmentation pass's fixed part (augment_pass_base_s); 3: stage_base_s, stage_pixel_s;
-# 4: the worker process's own terms (worker_base_s, worker_batch_s, worker_pixel_s, worker_pass_s)
+VERSION = 5  # 2: the augmentation pass's fixed part (augment_pass_base_s); 3: stage_base_s, stage_pixel_s;
+# 4: the worker process's own terms (worker_base_s, worker_batch_s, worker_pixel_s, worker_pass_s);
+# 5: the stage probe's terms (decode_pixel_s, stage_scale, stage_offset_s) and worker_step_s
 SOURCES = ("ram", "memmap", "arrayrecord")
 PRECISIONS = ("fp32", "bf16")
 REF_PIXELS = 32 * 32 * 3
@@ -108,9 +129,12 @@ STEP_FIXED = ("step_overhead_s", "update_s_per_param")
 #: stamps when they have them, else with the rest on samples/s
 STAGE_PARAMS = ("stage_base_s", "stage_pixel_s", "augment_pass_base_s", "augment_pass_s", "read_memmap_s",
                 "read_arrayrecord_s")
+#: with a stage probe: the stages alone get a decode cost per pixel, and the pipeline's stamps are an
+#: affine map of the stages alone
+STAGE_PROBE_PARAMS = ("decode_pixel_s", "stage_scale", "stage_offset_s")
 #: a worker process's CPU per sample outside the stamped stages (Grain, batching, the batch's copy to
 #: shared memory): fitted on the rows' worker CPU when they have it
-WORKER_PARAMS = ("worker_base_s", "worker_batch_s", "worker_pixel_s", "worker_pass_s")
+WORKER_PARAMS = ("worker_base_s", "worker_batch_s", "worker_pixel_s", "worker_pass_s", "worker_step_s")
 LOADER_PARAMS = ("sample_base_s", "pixel_s", "augment_pass_base_s", "augment_pass_s", "read_memmap_s",
                  "read_arrayrecord_s", "stage_base_s", "stage_pixel_s",
                  "batch_overhead_s", "main_overlap_loss", "step_straggler", "step_cores")
@@ -121,8 +145,9 @@ _BOUNDS = {
     "sample_base_s": (1e-7, 1e-1, 2e-4), "pixel_s": (1e-9, 1e-1, 5e-5), "augment_pass_s": (1e-9, 1e-1, 5e-5),
     "stage_base_s": (1e-7, 1e-1, 2e-5), "stage_pixel_s": (1e-9, 1e-1, 5e-6),
     "augment_pass_base_s": (1e-9, 1e-1, 5e-5),
+    "decode_pixel_s": (1e-10, 1e-1, 1e-5), "stage_scale": (0.2, 5.0, 1.2), "stage_offset_s": (1e-9, 1e-2, 1e-5),
     "worker_base_s": (1e-8, 1e-1, 3e-5), "worker_batch_s": (1e-8, 1.0, 1e-3), "worker_pixel_s": (1e-9, 1e-1, 1e-5),
-    "worker_pass_s": (1e-9, 1e-1, 1e-5),
+    "worker_pass_s": (1e-9, 1e-1, 1e-5), "worker_step_s": (1e-9, 1e-1, 3e-5),
     "read_memmap_s": (1e-9, 1e-1, 1e-5), "read_arrayrecord_s": (1e-9, 1e-1, 1e-5),
     "batch_overhead_s": (1e-6, 1.0, 3e-3), "main_overlap_loss": (1e-3, 1.5, 0.3),
     "step_straggler": (1e-3, 3.0, 0.5), "step_cores": (0.1, 64.0, 1.0),
@@ -144,8 +169,12 @@ DESCRIPTION = {
     "worker_batch_s": "worker process CPU per batch outside the stamped stages (batching, the copy out) (s)",
     "worker_pixel_s": "worker process CPU per sample outside the stamped stages per 32×32×3 image bytes (s)",
     "worker_pass_s": "worker process CPU per sample outside the stamped stages per augmentation pass (s)",
+    "worker_step_s": "worker process CPU per sample outside the stamped stages per unit of the step's share of the cycle (s)",
     "read_memmap_s": "extra CPU per record read from a memory-mapped file (s)",
     "read_arrayrecord_s": "extra CPU per record read and decoded from ArrayRecord (s)",
+    "decode_pixel_s": "ArrayRecord decode CPU per sample per 32×32×3 image bytes (s)",
+    "stage_scale": "stamped stages' CPU inside the pipeline per CPU of the same stages alone",
+    "stage_offset_s": "stamped stages' CPU inside the pipeline beyond the scaled stages alone, per sample (s)",
     "batch_overhead_s": "main-thread work per batch: iterator, batching, dispatch (s)",
     "main_overlap_loss": "share of the shorter of loader/step not overlapped without workers",
     "step_straggler": "step slow-down per unit of worker activity (κ)",
@@ -273,32 +302,60 @@ def step_time(p: dict, kf: pd.DataFrame, rates: np.ndarray | None = None) -> np.
             + p["update_s_per_param"] * np.asarray(kf.params))
 
 
-def sample_time(p: dict, kf: pd.DataFrame) -> np.ndarray:
-    """Uncontended loader CPU seconds per sample ``x`` (in a worker process: :func:`worker_time`,
-    when the model has the worker fit)."""
+def sample_time(p: dict, kf: pd.DataFrame, phi=0.0) -> np.ndarray:
+    """Loader CPU seconds per sample ``x`` (in a worker process: :func:`worker_time`, when the model
+    has the worker fit; ``phi`` the share of the time the step runs beside it)."""
     px = np.asarray(kf.pixels) / REF_PIXELS
     x = p["sample_base_s"] + p["pixel_s"] * px + stage_time(p, kf)
     if "worker_base_s" not in p:
         return x
-    return np.where(np.asarray(kf.num_workers) >= 1, worker_time(p, kf), x)
+    return np.where(np.asarray(kf.num_workers) >= 1, worker_time(p, kf, phi), x)
 
 
-def worker_time(p: dict, kf: pd.DataFrame) -> np.ndarray:
-    """A worker process's CPU seconds per sample: the stamped stages and the rest of its work."""
+def worker_time(p: dict, kf: pd.DataFrame, phi=0.0) -> np.ndarray:
+    """A worker process's CPU seconds per sample: the stamped stages and the rest of its work, which
+    grows with ``phi``, the share of the time the step runs beside it (``worker_step_s`` per unit)."""
     px = np.asarray(kf.pixels) / REF_PIXELS
     a = np.asarray(kf.augment_cost, float)
     return (stage_time(p, kf) + p["worker_base_s"] + p["worker_batch_s"] / np.asarray(kf.batch_size, float)
-            + p["worker_pixel_s"] * px + p["worker_pass_s"] * a)
+            + p["worker_pixel_s"] * px + p["worker_pass_s"] * a + p.get("worker_step_s", 0.0) * phi)
 
 
-def stage_time(p: dict, kf: pd.DataFrame) -> np.ndarray:
-    """CPU seconds per sample of the stages the loader stamps (read, decode, augmentation)."""
+#: fixed-point iterations of :func:`solve` (the step's share of the cycle and the workers' CPU per
+#: sample depend on each other; the share moves by less than 1e-3 after three on the quick study)
+SOLVE_ITERS = 4
+
+
+def solve(p: dict, S: np.ndarray, kf, tr: np.ndarray, nw: np.ndarray, cores: float,
+          on_host: np.ndarray | bool = True) -> tuple[np.ndarray, dict]:
+    """The loader's CPU per batch ``L`` and :func:`cycle`'s parts, with the workers' CPU per sample at
+    the step's share ``phi = min(1, S / T)`` of the cycle it gives (fixed point from ``phi = 0``)."""
+    B = np.asarray(kf.batch_size, float)
+    phi = np.zeros(len(B))
+    for _ in range(SOLVE_ITERS if "worker_step_s" in p else 1):
+        L = B * sample_time(p, kf, phi)
+        parts = cycle(p, S, L, tr, nw, cores, on_host)
+        phi = np.minimum(1.0, S / parts["T"])
+    return L, parts
+
+
+def stage_alone_time(p: dict, kf: pd.DataFrame) -> np.ndarray:
+    """CPU seconds per sample of the stamped stages (read, decode, augmentation) run alone, as the
+    stage probe measures them."""
     px = np.asarray(kf.pixels) / REF_PIXELS
     a = np.asarray(kf.augment_cost, float)
     src = np.asarray(kf.source)
-    read = np.where(src == "memmap", p["read_memmap_s"], np.where(src == "arrayrecord", p["read_arrayrecord_s"], 0.0))
+    read = np.where(src == "memmap", p["read_memmap_s"],
+                    np.where(src == "arrayrecord", p["read_arrayrecord_s"] + p.get("decode_pixel_s", 0.0) * px, 0.0))
     return (p.get("stage_base_s", 0.0) + p.get("stage_pixel_s", 0.0) * px
             + a * (p["augment_pass_base_s"] + p["augment_pass_s"] * px) + read)
+
+
+def stage_time(p: dict, kf: pd.DataFrame) -> np.ndarray:
+    """CPU seconds per sample of the stages the loader stamps (read, decode, augmentation), inside the
+    pipeline: the stages alone scaled and offset (``stage_scale``, ``stage_offset_s``: fitted when
+    the study has a stage probe, else 1 and 0)."""
+    return p.get("stage_scale", 1.0) * stage_alone_time(p, kf) + p.get("stage_offset_s", 0.0)
 
 
 def transfer_time(transfer: dict, kf: pd.DataFrame) -> np.ndarray:
@@ -495,9 +552,26 @@ def _ok_image_rows(frame: pd.DataFrame | None, need: str, what: str) -> pd.DataF
     return f.reset_index(drop=True)
 
 
+def _stage_probe_rows(frame: pd.DataFrame | None) -> pd.DataFrame | None:
+    """The stage probe's ok rows with their stamped CPU per sample (``cpu_stamped_s_per_sample``:
+    read + decode + augmentation), or None when there are none."""
+    if frame is None or not len(frame):
+        return None
+    cpu = [f"{stage}_cpu_s_per_sample" for stage in ("read", "decode", "augment")]
+    missing = [c for c in cpu + ["source", "image_size", "augment_cost"] if c not in frame]
+    if missing:
+        raise CostModelError(f"stage probe: no column {missing[0]!r}; re-run the study's stage probe "
+                             f"('python -m experiments components --preset quick')")
+    f = frame[frame["status"].astype(str) == "ok"] if "status" in frame else frame
+    f = f.assign(cpu_stamped_s_per_sample=sum(pd.to_numeric(f[c], errors="coerce") for c in cpu))
+    f = f[np.isfinite(f.cpu_stamped_s_per_sample) & (f.cpu_stamped_s_per_sample > 0)]
+    return f.reset_index(drop=True) if len(f) else None
+
+
 def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFrame | None = None,
         step_probe: pd.DataFrame | None = None, sources: list | None = None,
-        transfer: dict | None = None, loader_probe: pd.DataFrame | None = None) -> CostModel:
+        transfer: dict | None = None, loader_probe: pd.DataFrame | None = None,
+        stage_probe: pd.DataFrame | None = None) -> CostModel:
     """Calibrates the cost model on measured sweep rows.
 
     Args:
@@ -516,6 +590,10 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
             9.5% median and 27.5% max with the step probe alone, and 12.4% and 42.6% with the
             loader probe added. The loader alone in one process does not cost per sample what it
             costs inside the pipeline, and the fit bends the shared terms toward it.
+        stage_probe: the component probes' stage rows (``stage_probe/rows.csv``: the stamped stages
+            alone, CPU per sample per source, image size and augmentation cost). With them the
+            stage fit describes the stages alone and maps them onto the rows' stamps by a scale and
+            an offset (see the module docstring). Optional.
         sources: where the rows came from, recorded in the model.
         transfer: the host→device copy as :func:`transfer_from_probes` returns it; given, ``probes``
             is not read (cross-validation fits the probes once for every fold: that fit's
@@ -542,6 +620,7 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
     T_meas = B / meas.samples_per_s.to_numpy(float)
     S_meas = B / meas.device_resident_samples_per_s.to_numpy(float)
     nw = kf.num_workers.to_numpy()
+    phi_meas = np.minimum(1.0, S_meas / T_meas)  # the step's share of each measured cycle
     # 1. the step, on device-resident times
     skf, s_meas = kf, S_meas
     sp = _ok_image_rows(step_probe, "device_resident_samples_per_s", "step probe")
@@ -584,9 +663,20 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
     cpu_st = (meas.cpu_stamped_s_per_sample.to_numpy(float) if "cpu_stamped_s_per_sample" in meas
               else np.full(n, np.nan))
     stage_recs = []
+    gp = _stage_probe_rows(stage_probe)
     if np.all(np.isfinite(cpu_st) & (cpu_st > 0)):
         stage_names = [k for k in STAGE_PARAMS if k not in fixed]
-        gv, gse, gres, gfree = _lsq(lambda q: np.log(stage_time(q, cols) / cpu_st), stage_names, fixed)
+        if gp is None:
+            def stage_resid(q):
+                return np.log(stage_time(q, cols) / cpu_st)
+        else:
+            gcols, g_meas = columns(knob_frame(gp)), gp.cpu_stamped_s_per_sample.to_numpy(float)
+            stage_names += list(STAGE_PROBE_PARAMS)
+
+            def stage_resid(q):
+                return np.concatenate([np.log(stage_time(q, cols) / cpu_st),
+                                       np.log(stage_alone_time(q, gcols) / g_meas)])
+        gv, gse, gres, gfree = _lsq(stage_resid, stage_names, fixed)
         p.update(dict(zip(stage_names, gv)))
         stage_recs = list(zip(stage_names, gv, gse, gfree))
         names = [k for k in names if k not in STAGE_PARAMS]
@@ -604,8 +694,8 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
     wres = SimpleNamespace(fun=np.zeros(0))
     if stage_recs and has_w.sum() >= 2 and np.all(np.isfinite(wcpu[has_w]) & (wcpu[has_w] > 0)):
         wkf = kf[has_w].reset_index(drop=True)
-        wcols, w_meas = columns(wkf), wcpu[has_w]
-        wv, wse, wres, wfree = _lsq(lambda q: np.log(worker_time({**p, **q}, wcols) / w_meas),
+        wcols, w_meas, w_phi = columns(wkf), wcpu[has_w], phi_meas[has_w]
+        wv, wse, wres, wfree = _lsq(lambda q: np.log(worker_time({**p, **q}, wcols, w_phi) / w_meas),
                                     list(WORKER_PARAMS), {})
         p.update(dict(zip(WORKER_PARAMS, wv)))
         worker_recs = list(zip(WORKER_PARAMS, wv, wse, wfree))
@@ -613,7 +703,7 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
 
     def resid(q):
         q = {**p, **q}
-        L = B * sample_time(q, cols)
+        L = B * sample_time(q, cols, phi_meas)
         T = cycle(q, S_meas, L, tr, nw, cores)["T"]
         r = [np.log(T / T_meas)]
         if use_stamp.any():
@@ -639,7 +729,7 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
         recs.append({"param": nm, "value": float(v), "stderr": math.nan, "lo": math.nan, "hi": math.nan,
                      "fixed": True, "note": notes[nm], "description": DESCRIPTION[nm]})
     table = pd.DataFrame(recs)
-    T_fit = cycle(p, step_time(p, kf), B * sample_time(p, kf), tr, nw, cores)["T"]
+    T_fit = solve(p, step_time(p, kf), cols, tr, nw, cores)[1]["T"]
     y, yhat = np.log(B / T_meas), np.log(B / T_fit)
     ss_tot = float(((y - y.mean()) ** 2).sum())
     stats = {"n_configs": n, "n_residuals": int(len(lres.fun) + len(sres.fun) + len(gres.fun) + len(wres.fun)),
@@ -762,10 +852,9 @@ def components(model: CostModel, configs: pd.DataFrame, hierarchy: str | None = 
             raise CostModelError(f"step_s: {len(S)} value(s) for {len(kf)} configuration(s), each a positive "
                                  f"number of seconds; give one measured step time per configuration")
     B = kf.batch_size.to_numpy(float)
-    L = B * sample_time(p, kf)
     tr = transfer_time(transfer, kf)
     nw = kf.num_workers.to_numpy()
-    parts = cycle(p, S, L, tr, nw, cores, on_host)
+    L, parts = solve(p, S, kf, tr, nw, cores, on_host)
     ext = extrapolation(model, kf)
     for k, seen in model.ranges.get("unmodelled", {}).items():
         if k in configs and seen:

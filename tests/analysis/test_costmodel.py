@@ -63,9 +63,10 @@ def synthetic_rows(n: int = 24, seed: int = 0, noise: float = 0.0, params: dict 
         if cpu_stamps:  # split over the three stamps as the loader would (the fit reads their sum)
             d["read_cpu_s_per_sample"], d["decode_cpu_s_per_sample"] = 0.1 * stages, 0.2 * stages
             d["augment_cpu_s_per_sample"] = 0.7 * stages
-        if worker_cpu:
+        if worker_cpu:  # at the step's share of the cycle the rows were made with
+            phi = np.minimum(1.0, comp.step_s.to_numpy() / comp.cycle_s.to_numpy())
             d["worker_cpu_s_per_sample"] = np.where(cfg.num_workers >= 1,
-                                                    worker_time(params or TRUE, features.knob_frame(cfg)), np.nan)
+                                                    worker_time(params or TRUE, features.knob_frame(cfg), phi), np.nan)
         rows.append(d)
     return pd.concat(rows, ignore_index=True)
 
@@ -110,22 +111,63 @@ def test_cpu_stamps_calibrate_the_stages_apart_from_the_loader_overhead():
 def test_worker_cpu_calibrates_the_workers_apart_from_the_main_process_loader():
     # A worker process's CPU per sample has its own terms (a per-batch part among them), fitted on the
     # rows' worker CPU; the main process's loader (num_workers=0) keeps sample_base_s and pixel_s
+    # (and a part that grows with the step's share of the cycle, which the rows' cycles identify)
     true = {**TRUE, "stage_base_s": 3e-5, "stage_pixel_s": 1e-5, "worker_base_s": 2e-5, "worker_batch_s": 2e-3,
-            "worker_pixel_s": 2.5e-5, "worker_pass_s": 1.3e-5}
+            "worker_pixel_s": 2.5e-5, "worker_pass_s": 1.3e-5, "worker_step_s": 6e-5}
     rows = synthetic_rows(params=true, cpu_stamps=True, worker_cpu=True)
     model = costmodel.fit(rows)
-    for k in ("worker_base_s", "worker_batch_s", "worker_pixel_s", "worker_pass_s", "sample_base_s", "pixel_s",
-              "step_straggler", "batch_overhead_s"):
+    for k in ("worker_base_s", "worker_batch_s", "worker_pixel_s", "worker_pass_s", "worker_step_s", "sample_base_s",
+              "pixel_s", "step_straggler", "batch_overhead_s"):
         assert model.params[k] == pytest.approx(true[k], rel=0.05), k
     assert model.stats["worker_rms_log_residual"] < 1e-6 and model.stats["median_abs_rel_error"] < 1e-3
-    # the workers' loader time is the worker fit's, the main process's the other
+    # the workers' loader time is the worker fit's at the step's share of the predicted cycle, the
+    # main process's the other
     kf = features.knob_frame(rows.drop_duplicates("config_id"))
-    x = costmodel.model.sample_time(model.params, kf)
+    comp = components(model, rows.drop_duplicates("config_id"))
+    phi = np.minimum(1.0, comp.step_s.to_numpy() / comp.cycle_s.to_numpy())
     w = kf.num_workers.to_numpy() >= 1
-    np.testing.assert_allclose(x[w], worker_time(true, kf)[w], rtol=0.02)
+    assert phi[w].min() < 0.5 < phi[w].max()
+    np.testing.assert_allclose(comp.loader_s_per_batch[w] / kf.batch_size[w], worker_time(true, kf, phi)[w], rtol=0.02)
+    assert not np.allclose(worker_time(true, kf, phi)[w], worker_time(true, kf)[w], rtol=0.02)
     without = costmodel.fit(rows.drop(columns="worker_cpu_s_per_sample"))
     assert "worker_base_s" not in without.params and without.stats["worker_rms_log_residual"] != \
         without.stats["worker_rms_log_residual"]  # NaN: no worker fit
+
+
+def synthetic_stage_probe(params: dict) -> pd.DataFrame:
+    """Stage-probe rows made by the stages-alone equation at ``params``: every source × image size ×
+    augmentation cost, split over the three stamps as the probe writes them."""
+    import itertools
+    from analysis.costmodel.model import stage_alone_time
+    sp = pd.DataFrame([{"source": src, "image_size": s, "augment_cost": a, "status": "ok"} for src, s, a in
+                       itertools.product(("ram", "memmap", "arrayrecord"), (16, 32, 48), (0, 2, 4))])
+    g = stage_alone_time(params, features.knob_frame(sp))
+    sp["read_cpu_s_per_sample"], sp["decode_cpu_s_per_sample"], sp["augment_cpu_s_per_sample"] = 0.1 * g, 0.2 * g, 0.7 * g
+    return sp
+
+
+def test_the_stage_probe_gives_the_stages_shape_and_the_rows_how_the_pipeline_inflates_them():
+    # The pipeline's stamps are an affine map of the stages alone (scale and offset); the probe's every
+    # (source, image size, augmentation) identifies the stages' own terms, ArrayRecord's decode per
+    # pixel among them, which the rows alone would not
+    true = {**TRUE, "stage_base_s": 2e-5, "stage_pixel_s": 4e-6, "decode_pixel_s": 1.5e-5, "stage_scale": 1.2,
+            "stage_offset_s": 1.2e-5}
+    rows = synthetic_rows(params=true, cpu_stamps=True)
+    model = costmodel.fit(rows, stage_probe=synthetic_stage_probe(true))
+    for k in ("stage_base_s", "stage_pixel_s", "augment_pass_base_s", "augment_pass_s", "read_memmap_s",
+              "read_arrayrecord_s", "decode_pixel_s", "stage_scale", "stage_offset_s", "sample_base_s"):
+        assert model.params[k] == pytest.approx(true[k], rel=0.05), k
+    assert model.stats["stage_rms_log_residual"] < 1e-6 and model.stats["median_abs_rel_error"] < 1e-3
+    # without the probe the rows' stamps are the stages: no scale, offset or decode per pixel
+    plain = costmodel.fit(rows)
+    assert not {"stage_scale", "stage_offset_s", "decode_pixel_s"} & set(plain.params)
+    # cross-validation holds a held-out configuration's own (source, image size, augmentation) out of the probe
+    from analysis.costmodel.evaluate import LOADER_SHAPE, without_held_out
+    sp = synthetic_stage_probe(true)
+    left = without_held_out(sp, rows.iloc[:1], LOADER_SHAPE)
+    assert len(left) == len(sp) - 1
+    with pytest.raises(costmodel.CostModelError, match="stage probe: no column 'augment_cpu_s_per_sample'"):
+        costmodel.fit(rows, stage_probe=sp.drop(columns="augment_cpu_s_per_sample"))
 
 
 def test_cycle_solves_its_fixed_point():

@@ -30,6 +30,24 @@ def test_smoke_run_measures_every_shape(smoke_run):
     assert np.allclose(loader.loader_s_per_sample * loader.batch_size, loader.loader_s_per_batch)
 
 
+def test_the_stage_probe_stamps_every_stage_of_every_combination(smoke_run):
+    """The stages alone, per (source, image size, augmentation cost): CPU per sample of each stamped
+    stage, ArrayRecord's decode only where there is one, and augmentation passes that cost."""
+    cfg, out, res = smoke_run
+    st = res["stage"]
+    assert (out / "stage_probe" / "rows.csv").is_file() and (st.status == "ok").all(), st.error.tolist()
+    assert len(st) == len(cfg.stage_configs()) == 4
+    assert sorted(zip(st.source, st.augment_cost)) == [("arrayrecord", 0), ("arrayrecord", 1), ("ram", 0), ("ram", 1)]
+    assert (st.read_cpu_s_per_sample > 0).all() and (st.augment_cpu_s_per_sample > 0).all()
+    assert (st[st.source == "ram"].decode_cpu_s_per_sample == 0).all()
+    assert (st[st.source == "arrayrecord"].decode_cpu_s_per_sample > 0).all()
+    by = st.set_index(["source", "augment_cost"]).augment_cpu_s_per_sample
+    assert by["ram", 1] > by["ram", 0] and by["arrayrecord", 1] > by["arrayrecord", 0]
+    # the stamps are the stages' own CPU: together no more than the thread's time per sample
+    stamped = st.read_cpu_s_per_sample + st.decode_cpu_s_per_sample + st.augment_cpu_s_per_sample
+    assert (stamped <= st.stage_s_per_sample * 1.05).all() and (st.samples_measured >= cfg.stage_batch_size).all()
+
+
 def test_the_step_probe_compiles_the_shape_it_names(smoke_run):
     """XLA's FLOP count of each probed step follows the shape its row names: twice the batch,
     twice the FLOPs (XLA counts an accumulation loop's body once, so accum-1 rows only)."""
@@ -45,9 +63,9 @@ def test_the_step_probe_compiles_the_shape_it_names(smoke_run):
 
 def test_a_resumed_run_skips_what_it_has(smoke_run):
     cfg, out, _ = smoke_run
-    before = {k: len(results.read_csv_rows(out / f"{k}_probe" / "rows.csv")) for k in ("step", "loader")}
+    before = {k: len(results.read_csv_rows(out / f"{k}_probe" / "rows.csv")) for k in ("step", "stage", "loader")}
     res = components.run(cfg, out, progress=False)
-    assert len(res["step"]) == before["step"] and len(res["loader"]) == before["loader"]
+    assert {k: len(res[k]) for k in before} == before
 
 
 def test_a_failing_shape_is_a_failed_row_and_the_rest_go_on(tmp_path, monkeypatch):
@@ -58,7 +76,7 @@ def test_a_failing_shape_is_a_failed_row_and_the_rest_go_on(tmp_path, monkeypatc
             raise RuntimeError("disk went away")
         return real(tc)
     monkeypatch.setattr(components, "measure_loader", flaky)
-    cfg = dataclasses.replace(components.smoke(), model=(), cache_dir=str(tmp_path / "cache"))
+    cfg = dataclasses.replace(components.smoke(), model=(), stage=False, cache_dir=str(tmp_path / "cache"))
     res = components.run(cfg, tmp_path, progress=False)
     lo = res["loader"]
     assert res["failed"] == 2 and len(res["step"]) == 0
@@ -76,6 +94,7 @@ def test_bad_shapes_are_refused_before_any_work():
 
 def test_the_study_probes_the_levels_its_sweep_samples(tmp_path):
     assert components.for_sweep(sweep.quick(), loader=False).loader_configs() == []
+    assert components.for_sweep(sweep.quick(), stage=False).stage_configs() == []
     q = sweep.quick()
     c = components.for_sweep(q)
     assert set(c.model) == set(q.sample_model) and set(c.precision) == set(q.sample_precision)
@@ -88,6 +107,9 @@ def test_the_study_probes_the_levels_its_sweep_samples(tmp_path):
     for i, levels in enumerate((q.sample_source, q.sample_image_size, q.sample_augment_cost)):
         assert sorted(x[i] for x in lo) == sorted(list(levels) * 3)
     assert (c.width, c.cnn_width, c.num_samples) == (q.width, q.cnn_width, q.num_samples)
+    # the stages alone at every source × image size × augmentation cost
+    st = {(t.source, t.image_size, t.augment_cost) for t in c.stage_configs()}
+    assert len(c.stage_configs()) == len(st) == len(q.sample_source) * len(c.image_size) * len(q.sample_augment_cost) == 27
 
 
 def test_the_command_line_runs_the_preset_and_exits_zero(tmp_path, capsys):
@@ -96,6 +118,6 @@ def test_the_command_line_runs_the_preset_and_exits_zero(tmp_path, capsys):
                "--grad_accum_steps=1", "--augment_cost=0"])
     out = capsys.readouterr()
     assert rc == 0, out.err[-2000:]
-    assert "step probe: 2 rows, loader probe: 2 rows" in out.out
+    assert "step probe: 2 rows, stage probe: 2 rows, loader probe: 2 rows" in out.out
     assert main(["components", "--preset", "smoke", "--step_shapes=7"]) == 2
     assert "step_shapes" in capsys.readouterr().err
