@@ -78,14 +78,15 @@ augmentation passes at 16×16 pixels at 180 µs where a second sweep stamped 145
 stage probe (``experiments.components``: the same read, decode and augmentation callables alone in
 one thread, every combination of the levels in about 10 s) measures the stages' shape; the stages
 alone are ``g`` above plus an ArrayRecord decode per pixel (``decode_pixel_s``: 3 µs at 16×16 and
-26 µs at 48×48 in the probe), and the rows' stamps are ``stage_scale · g + stage_offset_s`` (1.16
-and 13 µs on that study: inside the pipeline the stages cost about a fifth more). Without a stage
+26 µs at 48×48 in the probe), and the rows' stamps are ``stage_scale · g + stage_offset_s`` (1.09
+and 14 µs on the committed study: inside the pipeline the stages cost a tenth more, and 14 µs). Without a stage
 probe the rows' stamps are ``g`` itself, as before. A worker's CPU per sample outside the stamped
 stages also grows with the share of the cycle the step runs beside it: 50–84 µs where the loader
 was the bottleneck and 120–145 µs where the step was, on the same day's study and sweep (in
 ``results/cpu-2core``). A worker's ``x`` therefore has ``+ worker_step_s · φ``, ``φ = min(1, S / T)``:
 the rows' measured ``S`` and ``T`` in the fit, the fixed point of the predicted cycle
-(:func:`solve`) in a prediction. On a fresh quick study and second sweep measured with this code
+(:func:`solve`) in a prediction (on the committed study it is poorly identified: 21 µs, 95% interval
+0.2 µs to 2 ms, as its rows with workers sit at few step shares). On a fresh quick study and second sweep measured with this code
 (2026-11-25 05:35–05:42 UTC), ``compare`` with each step measured went from 8.7% / 18.8% / 0.64
 (median / max / τ, neither) to 3.3% / 13.3% / 0.76 (the probe) and 2.3% / 11.0% / 0.76 (both), and
 with the step predicted from 7.0% / 18.8% / 0.70 to 3.8% / 19.2% / 0.76 (both), where the step model's
