@@ -108,17 +108,27 @@ def cmd_predict(args) -> int:
     return 0
 
 
+def _print_parts(s: dict) -> None:
+    """The error's split (``analysis.costmodel.evaluate.compare``), when the summary has it."""
+    if "median_abs_step_part" in s:
+        print(f"of it, from the step model: median {s['median_abs_step_part']:.1%}, max {s['max_abs_step_part']:.1%}; "
+              f"with each step measured (loader, feed, contention): median {s['median_abs_pipeline_part']:.1%}, "
+              f"max {s['max_abs_pipeline_part']:.1%}")
+
+
 def cmd_compare(args) -> int:
-    from analysis.costmodel.evaluate import compare, summary, worst
+    from analysis.costmodel.evaluate import compare, summary, with_measured_step, worst
     from analysis.costmodel.model import load, measured_configs, predict
     model = load(args.model)
     d = read_dir(args.results)
     meas = measured_configs(d["rows"])
-    given = (meas.batch_size.to_numpy(float) / meas.device_resident_samples_per_s.to_numpy(float)
-             if args.step == "measured" else None)
-    pred = predict(model, meas, step_s=given)
-    pred["config_id"] = meas.config_id.to_numpy()
-    cmp = compare(d["rows"], pred)
+    ms = with_measured_step(model, meas)
+    if args.step == "measured":
+        pred = ms
+    else:
+        pred = predict(model, meas)
+        pred["config_id"] = meas.config_id.to_numpy()
+    cmp = compare(d["rows"], pred, ms)
     s = summary(cmp)
     s["step"] = args.step
     print(cmp[["config_id", "measured", "measured_lo", "measured_hi", "predicted", "rel_error", "within_noise",
@@ -128,6 +138,7 @@ def cmd_compare(args) -> int:
         print(f"worst: {r.config_id} {r.rel_error:+.1%} {r.reason}")
     print(f"median |rel error| {s['median_abs_rel_error']:.1%}, max {s['max_abs_rel_error']:.1%}, "
           f"Kendall tau {s['kendall_tau']:.2f}, n {s['n']}")
+    _print_parts(s)
     if args.json:
         _print_json(s)
     return 0
@@ -148,6 +159,7 @@ def cmd_cv(args) -> int:
         print(f"worst: {r.config_id} ({r.fold}) {r.rel_error:+.1%} {r.reason}")
     print(f"{args.kind}, step {args.step}: median |rel error| {s['median_abs_rel_error']:.1%}, max {s['max_abs_rel_error']:.1%}, "
           f"Kendall tau {s['kendall_tau']:.2f}, n {s['n']}")
+    _print_parts(s)
     if args.json:
         _print_json(s)
     return 0

@@ -22,7 +22,8 @@ LOKVO_KNOBS = ("num_workers", "batch_size", "image_size", "augment_cost", "sourc
                "grad_accum_steps", "model", "prefetch_buffer_size", "feed")
 
 
-def compare(measured_rows: pd.DataFrame, predicted: pd.DataFrame) -> pd.DataFrame:
+def compare(measured_rows: pd.DataFrame, predicted: pd.DataFrame,
+            with_measured_step: pd.DataFrame | None = None) -> pd.DataFrame:
     """Predicted against measured, one row per configuration.
 
     Args:
@@ -30,6 +31,11 @@ def compare(measured_rows: pd.DataFrame, predicted: pd.DataFrame) -> pd.DataFram
         predicted: :func:`analysis.costmodel.predict` of the same configurations, in the order of
             ``measured_configs(measured_rows)`` (one row per configuration, in order of first appearance),
             or with a ``config_id`` column to join on.
+        with_measured_step: the same model's prediction of the same configurations with each
+            one's own measured step (``predict(..., step_s=...)``), to split the error in two: then
+            ``pipeline_part`` (that prediction / measured − 1: the error with the step right, i.e.
+            the loader, feed and contention) and ``step_part`` (the rest, ``(1 + rel_error) / (1 +
+            pipeline_part) − 1``: what the step model adds).
 
     Returns:
         ``config_id``, the knobs, ``measured`` (median samples/s), ``measured_lo``/``_hi`` (its
@@ -59,7 +65,25 @@ def compare(measured_rows: pd.DataFrame, predicted: pd.DataFrame) -> pd.DataFram
     for c in ("bottleneck", "input_bound", "stall_frac", "stage_to_fix", "extrapolated", "fold"):
         if c in pred:
             out[c] = pred[c].to_numpy()
+    if with_measured_step is not None:
+        ms = with_measured_step.reset_index(drop=True)
+        if "config_id" in ms:
+            ms = ms.set_index("config_id").reindex(meas.config_id).reset_index()
+        if len(ms) != len(meas):
+            raise CostModelError(f"with_measured_step: {len(ms)} rows for {len(meas)} measured configurations")
+        out["pipeline_part"] = ms.samples_per_s.to_numpy(float) / out.measured - 1
+        out["step_part"] = (1 + out.rel_error) / (1 + out.pipeline_part) - 1
+        if "step_s" in pred and "step_s" in ms:
+            out["step_predicted_s"], out["step_measured_s"] = pred.step_s.to_numpy(float), ms.step_s.to_numpy(float)
     return out
+
+
+def with_measured_step(model: CostModel, meas: pd.DataFrame) -> pd.DataFrame:
+    """``predict(model, meas)`` with each configuration's own measured device-resident step."""
+    given = meas.batch_size.to_numpy(float) / meas.device_resident_samples_per_s.to_numpy(float)
+    pred = predict(model, meas, step_s=given)
+    pred["config_id"] = meas.config_id.to_numpy()
+    return pred
 
 
 def summary(cmp: pd.DataFrame) -> dict:
@@ -82,6 +106,10 @@ def summary(cmp: pd.DataFrame) -> dict:
         out["within_noise"] = int(cmp.within_noise.sum())
     if "extrapolated" in cmp:
         out["extrapolated"] = int((cmp.extrapolated.astype(str) != "").sum())
+    for part in ("step_part", "pipeline_part"):  # the error's split (see compare), when it was made
+        if part in cmp:
+            v = np.abs(cmp[part].to_numpy(float))
+            out[f"median_abs_{part}"], out[f"max_abs_{part}"] = float(np.median(v)), float(v.max())
     return out
 
 
@@ -93,7 +121,18 @@ def reason(row: pd.Series) -> str:
     lo, hi, m = row.get("measured_lo"), row.get("measured_hi"), row.get("measured")
     if m and np.isfinite(lo) and np.isfinite(hi) and (hi - lo) / m > 0.1:
         why.append(f"noisy measurement (interval {100 * (hi - lo) / m:.0f}% of the median)")
-    if row.get("bottleneck") == "step" and abs(row.get("rel_error", 0)) > 0.1:
+    sp, pp = row.get("step_part"), row.get("pipeline_part")
+    if sp is not None and pp is not None and np.isfinite(sp) and np.isfinite(pp):
+        parts = []
+        if abs(sp) > 0.05:
+            shown = (f" (step alone predicted {1e3 * row['step_predicted_s']:.3g} ms, measured "
+                     f"{1e3 * row['step_measured_s']:.3g} ms)" if np.isfinite(row.get("step_predicted_s", np.nan)) else "")
+            parts.append(f"{sp:+.0%} from the step model{shown}")
+        if abs(pp) > 0.05:
+            parts.append(f"{pp:+.0%} with the step measured (loader, feed and contention)")
+        if parts:
+            why.append("; ".join(parts))
+    elif row.get("bottleneck") == "step" and abs(row.get("rel_error", 0)) > 0.1:
         why.append("step-bound: the step-time fit (FLOPs × rate per model and precision) misses this shape")
     return "; ".join(why)
 
@@ -197,12 +236,14 @@ def cross_validate(rows: pd.DataFrame, *, kind: str = "kfold", folds: int = 5, s
         except CostModelError as e:
             print(f"cross-validation: {name} skipped: {e}")
             continue
+        ms = with_measured_step(model, test)
         for mode in modes:
-            given = (test.batch_size.to_numpy(float) / test.device_resident_samples_per_s.to_numpy(float)
-                     if mode == "measured" else None)
-            pred = predict(model, test, step_s=given)
-            pred["config_id"] = test.config_id.to_numpy()
-            c = compare(test, pred)
+            if mode == "measured":
+                pred = ms
+            else:
+                pred = predict(model, test)
+                pred["config_id"] = test.config_id.to_numpy()
+            c = compare(test, pred, ms)
             c["fold"] = name
             if step == "both":
                 c["step"] = mode

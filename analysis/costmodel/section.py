@@ -154,7 +154,11 @@ def predicted_section(study) -> str:
               f"With each held-out configuration's own measured step (its device-resident bound, a "
               f"step-alone measurement of seconds) in place of the step model, so that only the pipeline "
               f"around the step is predicted: median {s2['median_abs_rel_error']:.1%}, max "
-              f"{s2['max_abs_rel_error']:.1%}, τ {s2['kendall_tau']:.2f}. For scale: the sweep's own repeats "
+              f"{s2['max_abs_rel_error']:.1%}, τ {s2['kendall_tau']:.2f}"
+              + (f"; what the step model adds to each held-out error on top of that (the ratio of the two "
+                 f"predictions): median {s['median_abs_step_part']:.1%}, max {s['max_abs_step_part']:.1%}"
+                 if "median_abs_step_part" in s else "")
+              + f". For scale: the sweep's own repeats "
               f"vary by a median CV of {repeatability(meas):.1%} (samples/s), and no prediction can be "
               f"checked more tightly than its measurement.", "",
               f"Reproduce: `python -m analysis costmodel cv {study.path} --json` (add `--step measured` for "

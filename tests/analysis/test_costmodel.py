@@ -191,6 +191,28 @@ def test_cycle_solves_its_fixed_point():
     np.testing.assert_allclose(parts["Sc"], S * (1 + k * np.minimum(1.0, L / T)), rtol=1e-12)
 
 
+def test_an_error_splits_into_the_step_models_part_and_the_pipelines():
+    # Rows made by the true model; a model whose step is wrong (every FLOP rate halved) and all else
+    # right: with each step measured its predictions are right (pipeline part 0), and what the step
+    # model adds is the whole error, large where the step bounds the cycle
+    from analysis.costmodel.evaluate import compare, reason, with_measured_step
+    rows = synthetic_rows()
+    meas = costmodel.model.measured_configs(rows)
+    slow = _true_model({k: v / 2 if k.startswith("flop_rate_") else v for k, v in TRUE.items()})
+    pred = costmodel.predict(slow, meas)
+    pred["config_id"] = meas.config_id.to_numpy()
+    cmp = compare(rows, pred, with_measured_step(slow, meas))
+    np.testing.assert_allclose(cmp.pipeline_part, 0, atol=0.02)  # the simulation against the cycle: within 1%
+    np.testing.assert_allclose((1 + cmp.step_part) * (1 + cmp.pipeline_part), 1 + cmp.rel_error, rtol=1e-12)
+    ratio = cmp.step_predicted_s / cmp.step_measured_s  # the FLOP part doubles, the fixed parts do not
+    assert ((ratio > 1.2) & (ratio <= 2 + 1e-9)).all(), ratio
+    assert cmp.step_part.min() < -0.3 and cmp.step_part.max() > -0.05  # step-bound ones, and loader-bound ones
+    worst = cmp.loc[cmp.rel_error.idxmin()]
+    assert "from the step model (step alone predicted" in reason(worst) and "with the step measured" not in reason(worst)
+    # without the second prediction there is no split
+    assert "step_part" not in compare(rows, pred)
+
+
 def test_held_out_predictions_of_noisy_rows_are_within_their_noise():
     rows = synthetic_rows(noise=0.02, seed=1)
     cmp = costmodel.cross_validate(rows, kind="kfold", folds=4)
