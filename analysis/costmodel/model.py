@@ -86,7 +86,10 @@ was the bottleneck and 120–145 µs where the step was, on the same day's study
 ``results/cpu-2core``). A worker's ``x`` therefore has ``+ worker_step_s · φ``, ``φ = min(1, S / T)``:
 the rows' measured ``S`` and ``T`` in the fit, the fixed point of the predicted cycle
 (:func:`solve`) in a prediction (on the committed study it is poorly identified: 21 µs, 95% interval
-0.2 µs to 2 ms, as its rows with workers sit at few step shares). On a fresh quick study and second sweep measured with this code
+0.2 µs to 2 ms, as its rows with workers sit at few step shares). Part of it is the worker idling,
+not the step: one worker (ArrayRecord, 32×32, 4 passes, batch 128) feeding a consumer that held each
+batch 60 ms, sleeping or spinning, with no step at all, spent 281 µs of CPU per sample, against
+242–247 µs when the consumer took each batch at once (2026-11-25 06:31 UTC, two runs each). On a fresh quick study and second sweep measured with this code
 (2026-11-25 05:35–05:42 UTC), ``compare`` with each step measured went from 8.7% / 18.8% / 0.64
 (median / max / τ, neither) to 3.3% / 13.3% / 0.76 (the probe) and 2.3% / 11.0% / 0.76 (both), and
 with the step predicted from 7.0% / 18.8% / 0.70 to 3.8% / 19.2% / 0.76 (both), where the step model's
