@@ -71,29 +71,30 @@ noise of each other. (An earlier form fitted the shared ``x`` to the worker CPU 
 parameters, a worker's extra cost per sample and its use of more than one core: τ fell from 0.80 to
 0.49 on the last of those studies, max 35% either way.)
 
-**The stages alone, and a worker's CPU beside a running step** (version 5). A quick study stamps
-the stages at the few (source, image size, augmentation) combinations its designed sample holds, and
-a pipeline's other processes disturb the stamps: on the study of 2026-11-25 the fit put 4
-augmentation passes at 16×16 pixels at 180 µs where a second sweep stamped 145–162. The study's
-stage probe (``experiments.components``: the same read, decode and augmentation callables alone in
-one thread, every combination of the levels in about 10 s) measures the stages' shape; the stages
-alone are ``g`` above plus an ArrayRecord decode per pixel (``decode_pixel_s``: 3 µs at 16×16 and
-26 µs at 48×48 in the probe), and the rows' stamps are ``stage_scale · g + stage_offset_s`` (1.09
-and 14 µs on the committed study: inside the pipeline the stages cost a tenth more, and 14 µs). Without a stage
-probe the rows' stamps are ``g`` itself, as before. A worker's CPU per sample outside the stamped
-stages also grows with the share of the cycle the step runs beside it: 50–84 µs where the loader
-was the bottleneck and 120–145 µs where the step was, on the same day's study and sweep (in
-``results/cpu-2core``). A worker's ``x`` therefore has ``+ worker_step_s · φ``, ``φ = min(1, S / T)``:
-the rows' measured ``S`` and ``T`` in the fit, the fixed point of the predicted cycle
-(:func:`solve`) in a prediction (on the committed study it is poorly identified: 21 µs, 95% interval
-0.2 µs to 2 ms, as its rows with workers sit at few step shares). Part of it is the worker idling,
-not the step: one worker (ArrayRecord, 32×32, 4 passes, batch 128) feeding a consumer that held each
-batch 60 ms, sleeping or spinning, with no step at all, spent 281 µs of CPU per sample, against
-242–247 µs when the consumer took each batch at once (2026-11-25 06:31 UTC, two runs each). On a fresh quick study and second sweep measured with this code
-(2026-11-25 05:35–05:42 UTC), ``compare`` with each step measured went from 8.7% / 18.8% / 0.64
-(median / max / τ, neither) to 3.3% / 13.3% / 0.76 (the probe) and 2.3% / 11.0% / 0.76 (both), and
-with the step predicted from 7.0% / 18.8% / 0.70 to 3.8% / 19.2% / 0.76 (both), where the step model's
-miss on one shape is the largest error.
+**The stages alone** (version 5). A quick study stamps the stages at the few (source, image size,
+augmentation) combinations its designed sample holds, and a pipeline's other processes disturb the
+stamps: on the study of 2026-11-25 the fit put 4 augmentation passes at 16×16 pixels at 180 µs where
+a second sweep stamped 145–162. The study's stage probe (``experiments.components``: the same read,
+decode and augmentation callables alone in one thread, every combination of the levels in about
+10 s) measures the stages' shape; the stages alone are ``g`` above plus an ArrayRecord decode per
+pixel (``decode_pixel_s``: 3 µs at 16×16 and 26 µs at 48×48 in the probe), and the rows' stamps are
+``stage_scale · g + stage_offset_s`` (1.09 and 14 µs on the committed study: inside the pipeline
+the stages cost a tenth more, and 14 µs). Without a stage probe the rows' stamps are ``g`` itself,
+as before. Measured on three quick studies of 2026-11-25 (05:28, 06:21 and 06:34 UTC, each with two
+second sweeps to predict; ``results/cpu-2core/holdout/README.md``), the probe lowered the largest
+error in most of the twelve checks (cv's 136% → 127%, 99% → 77%, 98% → 84% with the step predicted)
+and moved the medians both ways within the studies' own spread: from 7.0% to 4.0% on one compare,
+from 3.7% to 5.7% on another.
+
+A worker's CPU per sample outside the stamped stages is larger where the step, not the loader, is
+the bottleneck (50–84 µs where the loader was, 120–145 µs where the step was, on the same day's
+studies), and part of that is the worker idling, not the step: one worker (ArrayRecord, 32×32, 4
+passes, batch 128) feeding a consumer that held each batch 60 ms, sleeping or spinning, with no step
+at all, spent 281 µs of CPU per sample, against 242–247 µs when the consumer took each batch at once
+(06:31 UTC, two runs each). A term for it (``+ w · min(1, S / T)``, solved with the cycle) was tried
+on the three studies and not kept: it was poorly identified (on the committed study 21 µs, 95%
+interval 0.2 µs to 2 ms), and with the stage probe it raised the median of the 06:34 study's
+cross-validation from 10.8% to 13.1%.
 
 Standard errors come from a central-difference Jacobian at the optimum, lmfit-style. ``predict`` maps each
 configuration onto a :class:`memsim.pipeline.PipelineConfig` whose stage times are the contended
@@ -120,7 +121,7 @@ from analysis.costmodel.features import (CATEGORICAL_KNOBS, FAMILIES, NUMERIC_KN
 FORMAT = "memsim-costmodel"
 VERSION = 5  # 2: the augmentation pass's fixed part (augment_pass_base_s); 3: stage_base_s, stage_pixel_s;
 # 4: the worker process's own terms (worker_base_s, worker_batch_s, worker_pixel_s, worker_pass_s);
-# 5: the stage probe's terms (decode_pixel_s, stage_scale, stage_offset_s) and worker_step_s
+# 5: the stage probe's terms (decode_pixel_s, stage_scale, stage_offset_s)
 SOURCES = ("ram", "memmap", "arrayrecord")
 PRECISIONS = ("fp32", "bf16")
 REF_PIXELS = 32 * 32 * 3
@@ -138,7 +139,7 @@ STAGE_PARAMS = ("stage_base_s", "stage_pixel_s", "augment_pass_base_s", "augment
 STAGE_PROBE_PARAMS = ("decode_pixel_s", "stage_scale", "stage_offset_s")
 #: a worker process's CPU per sample outside the stamped stages (Grain, batching, the batch's copy to
 #: shared memory): fitted on the rows' worker CPU when they have it
-WORKER_PARAMS = ("worker_base_s", "worker_batch_s", "worker_pixel_s", "worker_pass_s", "worker_step_s")
+WORKER_PARAMS = ("worker_base_s", "worker_batch_s", "worker_pixel_s", "worker_pass_s")
 LOADER_PARAMS = ("sample_base_s", "pixel_s", "augment_pass_base_s", "augment_pass_s", "read_memmap_s",
                  "read_arrayrecord_s", "stage_base_s", "stage_pixel_s",
                  "batch_overhead_s", "main_overlap_loss", "step_straggler", "step_cores")
@@ -151,7 +152,7 @@ _BOUNDS = {
     "augment_pass_base_s": (1e-9, 1e-1, 5e-5),
     "decode_pixel_s": (1e-10, 1e-1, 1e-5), "stage_scale": (0.2, 5.0, 1.2), "stage_offset_s": (1e-9, 1e-2, 1e-5),
     "worker_base_s": (1e-8, 1e-1, 3e-5), "worker_batch_s": (1e-8, 1.0, 1e-3), "worker_pixel_s": (1e-9, 1e-1, 1e-5),
-    "worker_pass_s": (1e-9, 1e-1, 1e-5), "worker_step_s": (1e-9, 1e-1, 3e-5),
+    "worker_pass_s": (1e-9, 1e-1, 1e-5),
     "read_memmap_s": (1e-9, 1e-1, 1e-5), "read_arrayrecord_s": (1e-9, 1e-1, 1e-5),
     "batch_overhead_s": (1e-6, 1.0, 3e-3), "main_overlap_loss": (1e-3, 1.5, 0.3),
     "step_straggler": (1e-3, 3.0, 0.5), "step_cores": (0.1, 64.0, 1.0),
@@ -173,7 +174,6 @@ DESCRIPTION = {
     "worker_batch_s": "worker process CPU per batch outside the stamped stages (batching, the copy out) (s)",
     "worker_pixel_s": "worker process CPU per sample outside the stamped stages per 32×32×3 image bytes (s)",
     "worker_pass_s": "worker process CPU per sample outside the stamped stages per augmentation pass (s)",
-    "worker_step_s": "worker process CPU per sample outside the stamped stages per unit of the step's share of the cycle (s)",
     "read_memmap_s": "extra CPU per record read from a memory-mapped file (s)",
     "read_arrayrecord_s": "extra CPU per record read and decoded from ArrayRecord (s)",
     "decode_pixel_s": "ArrayRecord decode CPU per sample per 32×32×3 image bytes (s)",
@@ -306,41 +306,22 @@ def step_time(p: dict, kf: pd.DataFrame, rates: np.ndarray | None = None) -> np.
             + p["update_s_per_param"] * np.asarray(kf.params))
 
 
-def sample_time(p: dict, kf: pd.DataFrame, phi=0.0) -> np.ndarray:
-    """Loader CPU seconds per sample ``x`` (in a worker process: :func:`worker_time`, when the model
-    has the worker fit; ``phi`` the share of the time the step runs beside it)."""
+def sample_time(p: dict, kf: pd.DataFrame) -> np.ndarray:
+    """Uncontended loader CPU seconds per sample ``x`` (in a worker process: :func:`worker_time`,
+    when the model has the worker fit)."""
     px = np.asarray(kf.pixels) / REF_PIXELS
     x = p["sample_base_s"] + p["pixel_s"] * px + stage_time(p, kf)
     if "worker_base_s" not in p:
         return x
-    return np.where(np.asarray(kf.num_workers) >= 1, worker_time(p, kf, phi), x)
+    return np.where(np.asarray(kf.num_workers) >= 1, worker_time(p, kf), x)
 
 
-def worker_time(p: dict, kf: pd.DataFrame, phi=0.0) -> np.ndarray:
-    """A worker process's CPU seconds per sample: the stamped stages and the rest of its work, which
-    grows with ``phi``, the share of the time the step runs beside it (``worker_step_s`` per unit)."""
+def worker_time(p: dict, kf: pd.DataFrame) -> np.ndarray:
+    """A worker process's CPU seconds per sample: the stamped stages and the rest of its work."""
     px = np.asarray(kf.pixels) / REF_PIXELS
     a = np.asarray(kf.augment_cost, float)
     return (stage_time(p, kf) + p["worker_base_s"] + p["worker_batch_s"] / np.asarray(kf.batch_size, float)
-            + p["worker_pixel_s"] * px + p["worker_pass_s"] * a + p.get("worker_step_s", 0.0) * phi)
-
-
-#: fixed-point iterations of :func:`solve` (the step's share of the cycle and the workers' CPU per
-#: sample depend on each other; the share moves by less than 1e-3 after three on the quick study)
-SOLVE_ITERS = 4
-
-
-def solve(p: dict, S: np.ndarray, kf, tr: np.ndarray, nw: np.ndarray, cores: float,
-          on_host: np.ndarray | bool = True) -> tuple[np.ndarray, dict]:
-    """The loader's CPU per batch ``L`` and :func:`cycle`'s parts, with the workers' CPU per sample at
-    the step's share ``phi = min(1, S / T)`` of the cycle it gives (fixed point from ``phi = 0``)."""
-    B = np.asarray(kf.batch_size, float)
-    phi = np.zeros(len(B))
-    for _ in range(SOLVE_ITERS if "worker_step_s" in p else 1):
-        L = B * sample_time(p, kf, phi)
-        parts = cycle(p, S, L, tr, nw, cores, on_host)
-        phi = np.minimum(1.0, S / parts["T"])
-    return L, parts
+            + p["worker_pixel_s"] * px + p["worker_pass_s"] * a)
 
 
 def stage_alone_time(p: dict, kf: pd.DataFrame) -> np.ndarray:
@@ -624,7 +605,6 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
     T_meas = B / meas.samples_per_s.to_numpy(float)
     S_meas = B / meas.device_resident_samples_per_s.to_numpy(float)
     nw = kf.num_workers.to_numpy()
-    phi_meas = np.minimum(1.0, S_meas / T_meas)  # the step's share of each measured cycle
     # 1. the step, on device-resident times
     skf, s_meas = kf, S_meas
     sp = _ok_image_rows(step_probe, "device_resident_samples_per_s", "step probe")
@@ -698,8 +678,8 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
     wres = SimpleNamespace(fun=np.zeros(0))
     if stage_recs and has_w.sum() >= 2 and np.all(np.isfinite(wcpu[has_w]) & (wcpu[has_w] > 0)):
         wkf = kf[has_w].reset_index(drop=True)
-        wcols, w_meas, w_phi = columns(wkf), wcpu[has_w], phi_meas[has_w]
-        wv, wse, wres, wfree = _lsq(lambda q: np.log(worker_time({**p, **q}, wcols, w_phi) / w_meas),
+        wcols, w_meas = columns(wkf), wcpu[has_w]
+        wv, wse, wres, wfree = _lsq(lambda q: np.log(worker_time({**p, **q}, wcols) / w_meas),
                                     list(WORKER_PARAMS), {})
         p.update(dict(zip(WORKER_PARAMS, wv)))
         worker_recs = list(zip(WORKER_PARAMS, wv, wse, wfree))
@@ -707,7 +687,7 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
 
     def resid(q):
         q = {**p, **q}
-        L = B * sample_time(q, cols, phi_meas)
+        L = B * sample_time(q, cols)
         T = cycle(q, S_meas, L, tr, nw, cores)["T"]
         r = [np.log(T / T_meas)]
         if use_stamp.any():
@@ -733,7 +713,7 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
         recs.append({"param": nm, "value": float(v), "stderr": math.nan, "lo": math.nan, "hi": math.nan,
                      "fixed": True, "note": notes[nm], "description": DESCRIPTION[nm]})
     table = pd.DataFrame(recs)
-    T_fit = solve(p, step_time(p, kf), cols, tr, nw, cores)[1]["T"]
+    T_fit = cycle(p, step_time(p, kf), B * sample_time(p, kf), tr, nw, cores)["T"]
     y, yhat = np.log(B / T_meas), np.log(B / T_fit)
     ss_tot = float(((y - y.mean()) ** 2).sum())
     stats = {"n_configs": n, "n_residuals": int(len(lres.fun) + len(sres.fun) + len(gres.fun) + len(wres.fun)),
@@ -858,7 +838,8 @@ def components(model: CostModel, configs: pd.DataFrame, hierarchy: str | None = 
     B = kf.batch_size.to_numpy(float)
     tr = transfer_time(transfer, kf)
     nw = kf.num_workers.to_numpy()
-    L, parts = solve(p, S, kf, tr, nw, cores, on_host)
+    L = B * sample_time(p, kf)
+    parts = cycle(p, S, L, tr, nw, cores, on_host)
     ext = extrapolation(model, kf)
     for k, seen in model.ranges.get("unmodelled", {}).items():
         if k in configs and seen:

@@ -63,10 +63,9 @@ def synthetic_rows(n: int = 24, seed: int = 0, noise: float = 0.0, params: dict 
         if cpu_stamps:  # split over the three stamps as the loader would (the fit reads their sum)
             d["read_cpu_s_per_sample"], d["decode_cpu_s_per_sample"] = 0.1 * stages, 0.2 * stages
             d["augment_cpu_s_per_sample"] = 0.7 * stages
-        if worker_cpu:  # at the step's share of the cycle the rows were made with
-            phi = np.minimum(1.0, comp.step_s.to_numpy() / comp.cycle_s.to_numpy())
+        if worker_cpu:
             d["worker_cpu_s_per_sample"] = np.where(cfg.num_workers >= 1,
-                                                    worker_time(params or TRUE, features.knob_frame(cfg), phi), np.nan)
+                                                    worker_time(params or TRUE, features.knob_frame(cfg)), np.nan)
         rows.append(d)
     return pd.concat(rows, ignore_index=True)
 
@@ -111,24 +110,19 @@ def test_cpu_stamps_calibrate_the_stages_apart_from_the_loader_overhead():
 def test_worker_cpu_calibrates_the_workers_apart_from_the_main_process_loader():
     # A worker process's CPU per sample has its own terms (a per-batch part among them), fitted on the
     # rows' worker CPU; the main process's loader (num_workers=0) keeps sample_base_s and pixel_s
-    # (and a part that grows with the step's share of the cycle, which the rows' cycles identify)
     true = {**TRUE, "stage_base_s": 3e-5, "stage_pixel_s": 1e-5, "worker_base_s": 2e-5, "worker_batch_s": 2e-3,
-            "worker_pixel_s": 2.5e-5, "worker_pass_s": 1.3e-5, "worker_step_s": 6e-5}
+            "worker_pixel_s": 2.5e-5, "worker_pass_s": 1.3e-5}
     rows = synthetic_rows(params=true, cpu_stamps=True, worker_cpu=True)
     model = costmodel.fit(rows)
-    for k in ("worker_base_s", "worker_batch_s", "worker_pixel_s", "worker_pass_s", "worker_step_s", "sample_base_s",
-              "pixel_s", "step_straggler", "batch_overhead_s"):
+    for k in ("worker_base_s", "worker_batch_s", "worker_pixel_s", "worker_pass_s", "sample_base_s", "pixel_s",
+              "step_straggler", "batch_overhead_s"):
         assert model.params[k] == pytest.approx(true[k], rel=0.05), k
     assert model.stats["worker_rms_log_residual"] < 1e-6 and model.stats["median_abs_rel_error"] < 1e-3
-    # the workers' loader time is the worker fit's at the step's share of the predicted cycle, the
-    # main process's the other
+    # the workers' loader time is the worker fit's, the main process's the other
     kf = features.knob_frame(rows.drop_duplicates("config_id"))
-    comp = components(model, rows.drop_duplicates("config_id"))
-    phi = np.minimum(1.0, comp.step_s.to_numpy() / comp.cycle_s.to_numpy())
+    x = costmodel.model.sample_time(model.params, kf)
     w = kf.num_workers.to_numpy() >= 1
-    assert phi[w].min() < 0.5 < phi[w].max()
-    np.testing.assert_allclose(comp.loader_s_per_batch[w] / kf.batch_size[w], worker_time(true, kf, phi)[w], rtol=0.02)
-    assert not np.allclose(worker_time(true, kf, phi)[w], worker_time(true, kf)[w], rtol=0.02)
+    np.testing.assert_allclose(x[w], worker_time(true, kf)[w], rtol=0.02)
     without = costmodel.fit(rows.drop(columns="worker_cpu_s_per_sample"))
     assert "worker_base_s" not in without.params and without.stats["worker_rms_log_residual"] != \
         without.stats["worker_rms_log_residual"]  # NaN: no worker fit
