@@ -23,7 +23,7 @@ LOKVO_KNOBS = ("num_workers", "batch_size", "image_size", "augment_cost", "sourc
 
 
 def compare(measured_rows: pd.DataFrame, predicted: pd.DataFrame,
-            with_measured_step: pd.DataFrame | None = None) -> pd.DataFrame:
+            step_measured_prediction: pd.DataFrame | None = None) -> pd.DataFrame:
     """Predicted against measured, one row per configuration.
 
     Args:
@@ -31,8 +31,8 @@ def compare(measured_rows: pd.DataFrame, predicted: pd.DataFrame,
         predicted: :func:`analysis.costmodel.predict` of the same configurations, in the order of
             ``measured_configs(measured_rows)`` (one row per configuration, in order of first appearance),
             or with a ``config_id`` column to join on.
-        with_measured_step: the same model's prediction of the same configurations with each
-            one's own measured step (``predict(..., step_s=...)``), to split the error in two: then
+        step_measured_prediction: the same model's prediction of the same configurations with
+            each one's own measured step (:func:`with_measured_step`), to split the error in two: then
             ``pipeline_part`` (that prediction / measured − 1: the error with the step right, i.e.
             the loader, feed and contention) and ``step_part`` (the rest, ``(1 + rel_error) / (1 +
             pipeline_part) − 1``: what the step model adds).
@@ -65,12 +65,13 @@ def compare(measured_rows: pd.DataFrame, predicted: pd.DataFrame,
     for c in ("bottleneck", "input_bound", "stall_frac", "stage_to_fix", "extrapolated", "fold"):
         if c in pred:
             out[c] = pred[c].to_numpy()
-    if with_measured_step is not None:
-        ms = with_measured_step.reset_index(drop=True)
+    if step_measured_prediction is not None:
+        ms = step_measured_prediction.reset_index(drop=True)
         if "config_id" in ms:
             ms = ms.set_index("config_id").reindex(meas.config_id).reset_index()
         if len(ms) != len(meas):
-            raise CostModelError(f"with_measured_step: {len(ms)} rows for {len(meas)} measured configurations")
+            raise CostModelError(f"step_measured_prediction: {len(ms)} rows for {len(meas)} measured "
+                                 f"configurations; predict the measured configurations (with_measured_step)")
         out["pipeline_part"] = ms.samples_per_s.to_numpy(float) / out.measured - 1
         out["step_part"] = (1 + out.rel_error) / (1 + out.pipeline_part) - 1
         if "step_s" in pred and "step_s" in ms:

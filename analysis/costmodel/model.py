@@ -426,10 +426,17 @@ def measured_configs(rows: pd.DataFrame) -> pd.DataFrame:
     stamped = sum(pd.to_numeric(s[c], errors="coerce").fillna(0.0) for c in ("decode_s_per_sample", "augment_s_per_sample")
                   if c in s) if any(c in s for c in ("decode_s_per_sample", "augment_s_per_sample")) else np.nan
     s["stamped_s_per_sample"] = stamped
-    cpu = [f"{stage}_cpu_s_per_sample" for stage in ("read", "decode", "augment")]
-    s["cpu_stamped_s_per_sample"] = (sum(pd.to_numeric(s[c], errors="coerce") for c in cpu)
-                                     if all(c in s for c in cpu) else np.nan)
+    s["cpu_stamped_s_per_sample"] = (_cpu_stamped(s) if all(c in s for c in CPU_STAMPS) else np.nan)
     return s.reset_index(drop=True)
+
+
+#: the CPU-time stamps of the loader's stages, in a run's row and a stage-probe row alike
+CPU_STAMPS = tuple(f"{stage}_cpu_s_per_sample" for stage in ("read", "decode", "augment"))
+
+
+def _cpu_stamped(frame: pd.DataFrame) -> pd.Series:
+    """The stamped stages' CPU seconds per sample: the sum of :data:`CPU_STAMPS`."""
+    return sum(pd.to_numeric(frame[c], errors="coerce") for c in CPU_STAMPS)
 
 
 def transfer_from_probes(probes: pd.DataFrame | None) -> dict:
@@ -542,13 +549,12 @@ def _stage_probe_rows(frame: pd.DataFrame | None) -> pd.DataFrame | None:
     read + decode + augmentation), or None when there are none."""
     if frame is None or not len(frame):
         return None
-    cpu = [f"{stage}_cpu_s_per_sample" for stage in ("read", "decode", "augment")]
-    missing = [c for c in cpu + ["source", "image_size", "augment_cost"] if c not in frame]
+    missing = [c for c in CPU_STAMPS + ("source", "image_size", "augment_cost") if c not in frame]
     if missing:
         raise CostModelError(f"stage probe: no column {missing[0]!r}; re-run the study's stage probe "
                              f"('python -m experiments components --preset quick')")
     f = frame[frame["status"].astype(str) == "ok"] if "status" in frame else frame
-    f = f.assign(cpu_stamped_s_per_sample=sum(pd.to_numeric(f[c], errors="coerce") for c in cpu))
+    f = f.assign(cpu_stamped_s_per_sample=_cpu_stamped(f))
     f = f[np.isfinite(f.cpu_stamped_s_per_sample) & (f.cpu_stamped_s_per_sample > 0)]
     return f.reset_index(drop=True) if len(f) else None
 
