@@ -149,13 +149,16 @@ def for_sweep(cfg, repeats: int = 1, loader: bool = True, stage: bool = True) ->
     """The component probes of a sweep (``experiments.sweep.SweepConfig``): its models and data, the
     levels of its grid and designed sample.
 
-    Each model × precision × accumulation cell is probed at two shapes, the smallest (batch, image)
-    and the middle one: two points identify a cell's rate beside the overhead all cells share. (With
-    accumulation unrolled on the CPU, ``experiments.train.accum_unroll``, the largest corner costs
-    50–90 ms a step, and 8 more shapes 12–14 s. Adding the largest corner, or the smallest batch at
-    the largest image, was measured on the 2-core CPU's quick studies of 2026-11-25: neither
-    improved both the study's cross-validation and the prediction of an independent sweep, so
-    neither was kept; ``results/cpu-2core/holdout/README.md``.)
+    Each model × precision × accumulation cell is probed at five (batch, image) shapes: the four
+    corners of the levels and the middle pair (40 shapes for the quick sweep). The step model gives
+    each cell a FLOP rate and a cost per parameter and micro-batch (``analysis.costmodel.model``);
+    for an MLP both grow with the image, and only shapes of one image at several batch sizes tell
+    them apart. Measured on the 2-core CPU on 2026-11-25, the 5-fold cross-validation's largest
+    held-out error of quick studies, with the probe at two shapes per cell (the smallest pair and
+    the middle one, as before) → five → all nine pairs: 87% → 70% → 50% (the committed study, with
+    the 72-shape grid of ``results/cpu-2core/step-noise/first`` as its probe) and 86% → 66% → 64%
+    (a study measured with all nine). All nine cost 72 shapes, 85 s on a quiet day and 180 s on a
+    slow one, which took the demo past 8 minutes; five cost 40. (``results/cpu-2core/holdout/README.md``.)
     The loader gets a balanced sample of source × image size × augmentation cost, as many points
     as the largest level count squared (9 of the 27 combinations for the quick sweep); with
     ``loader=False`` none (the study's choice: calibration does not use it by default, see
@@ -165,7 +168,7 @@ def for_sweep(cfg, repeats: int = 1, loader: bool = True, stage: bool = True) ->
         vals = set(getattr(cfg, k)) | (set(getattr(cfg, f"sample_{k}")) if cfg.sample_size else set())
         return tuple(sorted(vals))
     bs, im = levels("batch_size"), levels("image_size")
-    shapes = sorted({(bs[0], im[0]), (bs[len(bs) // 2], im[len(im) // 2])})
+    shapes = sorted({(b, s) for b in (bs[0], bs[-1]) for s in (im[0], im[-1])} | {(bs[len(bs) // 2], im[len(im) // 2])})
     src, aug = levels("source"), levels("augment_cost")
     n_loader = len(src) * len(im) * len(aug)
     return ComponentConfig(model=levels("model"), precision=levels("precision"),

@@ -234,6 +234,47 @@ def synthetic_probes(model_names=("mlp", "cnn")):
     return sp, lp
 
 
+def test_the_step_fit_tells_the_weights_pass_from_the_flop_rate():
+    """A step whose time follows its parameters per micro-batch (the roofline's memory side: an
+    MLP in bf16 on the CPU) beside one that follows its FLOPs: on a grid of batch × image ×
+    accumulation the fit recovers each cell's FLOP rate and its cost per parameter and micro-batch,
+    and predicts a shape it did not see from them; the FLOP-rate form alone (the weights' pass held
+    at 0) cannot fit the same grid."""
+    import itertools
+    from analysis.costmodel.model import step_time, weight_pass_name
+    true = {**TRUE, "weight_pass_s_mlp_bf16": 1.2e-9, "weight_pass_s_mlp_fp32": 1e-10,
+            "weight_pass_s_cnn_fp32": 2e-9, "weight_pass_s_cnn_bf16": 4e-9, "accum_loop_mlp": 1.1,
+            "accum_loop_cnn": 1.05}
+    grid = pd.DataFrame([{"model": m, "precision": q, "grad_accum_steps": g, "batch_size": b, "image_size": s}
+                         for m, q, g, b, s in itertools.product(("mlp", "cnn"), ("fp32", "bf16"), (1, 2),
+                                                                (32, 64, 128), (16, 32, 48))])
+    grid["width"] = np.where(grid.model == "cnn", 16, 512)
+    grid["depth"] = np.where(grid.model == "cnn", 3, 2)
+    grid["status"] = "ok"
+    grid["device_resident_samples_per_s"] = grid.batch_size / step_time(true, features.knob_frame(grid))
+    unseen = (grid.batch_size == 32) & (grid.image_size == 48) & (grid.grad_accum_steps == 2)
+    rows = synthetic_rows(params=true)
+    model = costmodel.fit(rows, step_probe=grid[~unseen])
+    for k in ("weight_pass_s_mlp_bf16", "flop_rate_mlp_bf16", "weight_pass_s_cnn_fp32", "flop_rate_cnn_fp32"):
+        assert model.params[k] == pytest.approx(true[k], rel=0.05), k
+    kf = features.knob_frame(grid[unseen])
+    predicted = components(model, grid[unseen]).step_s.to_numpy()
+    assert np.allclose(predicted, step_time(true, kf), rtol=0.02)
+    # the unseen MLP in bf16 (batch 32, 48×48 images, 2 micro-batches) spends over a quarter of its
+    # step on the weights' pass: a prediction that had it wrong could not be within 2%
+    mlp_bf16 = ((kf.model == "mlp") & (kf.precision == "bf16")).to_numpy()
+    share = (2 * 1.1 * true["weight_pass_s_mlp_bf16"] * kf.params.to_numpy()[mlp_bf16]
+             / step_time(true, kf)[mlp_bf16])
+    assert share[0] > 0.25
+    from analysis.costmodel import model as cm
+    flops_only = dict(cm._BOUNDS, weight_pass_s=(1e-30, 2e-30, 1.5e-30))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cm, "_BOUNDS", flops_only)
+        old = costmodel.fit(rows, step_probe=grid[~unseen])
+    assert old.stats["step_rms_log_residual"] > 20 * max(model.stats["step_rms_log_residual"], 1e-3)
+    assert weight_pass_name("mlp", "bf16") in model.table.param.tolist()
+
+
 def test_the_loader_probe_calibrates_what_the_runs_never_read():
     """Rows from RAM alone cannot tell a memmap or ArrayRecord read's cost (fixed at 0 without
     them); with the loader probe the fit recovers both."""

@@ -99,9 +99,9 @@ def test_the_study_probes_the_levels_its_sweep_samples(tmp_path):
     c = components.for_sweep(q)
     assert set(c.model) == set(q.sample_model) and set(c.precision) == set(q.sample_precision)
     assert set(c.source) == set(q.sample_source) and set(c.augment_cost) == set(q.sample_augment_cost)
-    # each cell at the smallest and the middle (batch, image) shape; the loader at a balanced sample
-    assert c.step_shapes == ((32, 16), (64, 32))
-    assert len(c.step_configs()) == 2 * 2 * 2 * 2
+    # each cell at the four corners of the (batch, image) levels and the middle; the loader at a balanced sample
+    assert c.step_shapes == ((32, 16), (32, 48), (64, 32), (128, 16), (128, 48))
+    assert len(c.step_configs()) == 2 * 2 * 2 * 5
     lo = [(t.source, t.image_size, t.augment_cost) for t in c.loader_configs()]
     assert len(lo) == 9 == len(set(lo))
     for i, levels in enumerate((q.sample_source, q.sample_image_size, q.sample_augment_cost)):
