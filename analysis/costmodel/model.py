@@ -897,7 +897,8 @@ def components(model: CostModel, configs: pd.DataFrame, hierarchy: str | None = 
                    if np.isfinite(v) and int(v) not in seen else e for e, v in zip(ext, vals)]
     if hierarchy is not None:
         ext = [("; ".join(filter(None, [e, f"hierarchy={hierarchy}: step from datasheet FLOP/s × "
-                                           f"{DEVICE_EFFICIENCY} (assumed), not measured"])))
+                                           f"{DEVICE_EFFICIENCY} (assumed) and the weights' pass at the "
+                                           f"datasheet's HBM bandwidth, not measured"])))
                for e in ext]
     if cpu_count is not None and cores != model.cpu_count:
         ext = ["; ".join(filter(None, [e, f"cpu_count={cores}: calibrated on {model.cpu_count}"])) for e in ext]
