@@ -12,7 +12,14 @@ share the cores, to the runs.
   image_size) the runs' own ``TrainStep`` is compiled and stepped on a batch already on the device,
   with the runs' window rules and shorter windows. Each row has ``device_resident_samples_per_s``,
   the step median, the compile time and XLA's FLOPs: the columns a sweep row has, so that
-  ``analysis.costmodel.fit(step_probe=...)`` reads either.
+  ``analysis.costmodel.fit(step_probe=...)`` reads either. It also has ``resident_cpu_cores``, the
+  process's CPU seconds per second of step: the host cores the step keeps busy (XLA's thread pool,
+  computing or spinning), which is what a loader worker competes with. Measured on the 2-core CPU
+  on 2026-11-25 at 10:40 UTC (a slow spell: steps ran about 3× slower than at 05:45), at the
+  probe's five shapes per cell: MLP 1.75–1.92 in either precision, CNN in fp32 1.24–1.33 without
+  accumulation and 1.29–1.66 with, CNN in bf16 1.42–1.70. The cost model still fits one
+  ``step_cores`` for every step (1.91 on the committed study, the MLP's); the CNN's lower value is
+  where its largest pipeline errors are (``results/cpu-2core/holdout/README.md``).
 - **stage probe** (``stage_probe/rows.csv``). For each (source, image_size, augment_cost) the
   loader's stamped stages (``experiments.loader``'s ``TimedSource`` read, ``Decode``, ``Augment``)
   are called alone in one thread on the runs' data, without Grain. Each row has the stages' CPU
@@ -217,12 +224,16 @@ def measure_step(tc) -> dict:
     jax.block_until_ready(batch)
 
     def one(i):
-        t = time.perf_counter()
+        c, t = time.process_time(), time.perf_counter()
         jax.block_until_ready(step(batch))
-        return {"step_time_s": time.perf_counter() - t}
+        return {"step_time_s": time.perf_counter() - t, "cpu_s": time.process_time() - c}
     w = measure_window(one, tc)
     times = np.array([r["step_time_s"] for r in w.records[w.warmup_steps:]])
+    cpu = np.array([r["cpu_s"] for r in w.records[w.warmup_steps:]])
+    # the host cores the step keeps busy: the process's CPU seconds (XLA's thread pool included,
+    # spinning or computing) per second of step
     return {"device_resident_samples_per_s": tc.batch_size * len(times) / float(times.sum()),
+            "resident_cpu_cores": float(cpu.sum() / times.sum()),
             "device_resident_step_median_s": float(np.median(times)), "resident_steps_measured": len(times),
             "resident_measure_s": float(times.sum()), "resident_warmup_steps_run": w.warmup_steps,
             "resident_warmup_steady": w.steady, "compile_s": compile_s,
