@@ -15,7 +15,7 @@ share the cores, to the runs.
   ``analysis.costmodel.fit(step_probe=...)`` reads either. It also has ``resident_cpu_cores``, the
   process's CPU seconds per second of step: the host cores the step keeps busy (XLA's thread pool,
   computing or spinning), which is what a loader worker competes with. Measured on the 2-core CPU
-  on 2026-11-25 at 10:40 UTC (a slow spell: steps ran about 3× slower than at 05:45), at the
+  on 2026-11-25 at 10:32 UTC (a slow spell: steps ran about 3× slower than at 05:45), at the
   probe's five shapes per cell: MLP 1.75–1.92 in either precision, CNN in fp32 1.24–1.33 without
   accumulation and 1.29–1.66 with, CNN in bf16 1.42–1.70. The cost model still fits one
   ``step_cores`` for every step (1.91 on the committed study, the MLP's); the CNN's lower value is
