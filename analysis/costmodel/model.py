@@ -841,8 +841,7 @@ def _cell_terms(model: CostModel, kf: pd.DataFrame, name_of) -> np.ndarray:
         if same is not None:
             out.append(same * (ratios[0] if ratios else 1.0))
         else:
-            prefix = name_of("", "")[:-2]
-            known = [v for k, v in p.items() if k.startswith(prefix)]
+            known = [p[name_of(f, pr)] for f in FAMILIES for pr in PRECISIONS if name_of(f, pr) in p]
             out.append(float(np.exp(np.mean(np.log(known)))) if known else 0.0)
     return np.asarray(out, float)
 
