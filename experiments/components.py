@@ -17,9 +17,10 @@ share the cores, to the runs.
   computing or spinning), which is what a loader worker competes with. Measured on the 2-core CPU
   on 2026-11-25 at 10:32 UTC (a slow spell: steps ran about 3× slower than at 05:45), at the
   probe's five shapes per cell: MLP 1.75–1.92 in either precision, CNN in fp32 1.24–1.33 without
-  accumulation and 1.29–1.66 with, CNN in bf16 1.42–1.70. The cost model still fits one
-  ``step_cores`` for every step (1.91 on the committed study, the MLP's); the CNN's lower value is
-  where its largest pipeline errors are (``results/cpu-2core/holdout/README.md``).
+  accumulation and 1.29–1.66 with, CNN in bf16 1.42–1.70. The cost model (version 7) fits
+  ``ν`` per model family on the runs' own main-process CPU beside the workers, which includes the
+  step's threads spinning while a worker holds a core: 2.18 for the MLP and 1.60 for the CNN on the
+  committed study (``analysis/costmodel/model.py``).
 - **stage probe** (``stage_probe/rows.csv``). For each (source, image_size, augment_cost) the
   loader's stamped stages (``experiments.loader``'s ``TimedSource`` read, ``Decode``, ``Augment``)
   are called alone in one thread on the runs' data, without Grain. Each row has the stages' CPU

@@ -37,15 +37,36 @@ or a knob, and ``C`` is the host's core count from the rows):
   ``tr = α + bytes/β`` (the probe's ``h2d_pageable`` fit when the study has one).
 - **CPU contention** (the fitted term the uncalibrated simulator lacked). With ``num_workers ≥ 1``
   the workers, the feed thread and XLA's compute pool share ``C`` cores:
-  ``T = max(S·(1 + κ·ρ) + o, L / num_workers, (L + ν·S + o + tr) / C)`` with ``ρ = min(1, L/T)``
-  the share of the time a worker is running. The first term is the step slowed by a busy worker
+  ``T = max(S·(1 + κ·u) + o, L / num_workers, (L + ν·S + o + tr) / C)`` with ``u = L/T`` the
+  cores the workers keep busy on average. The first term is the step slowed by busy workers
   (XLA splits a step statically over its threads, so one thread sharing a core stalls the step:
   ``κ`` is that coupling), the second the workers, the third processor sharing: all CPU work of a
-  batch (``ν`` = cores the step keeps busy) cannot take less than its core-seconds over ``C``.
+  batch (``ν[family]`` = the main process's cores per second of step, fitted per model family:
+  the MLP's step keeps both cores busy, the CNN's fewer) cannot take less than its core-seconds
+  over ``C``.
+
+  Version 7 fits the contention on what each run measured of it, not on samples/s alone. A run
+  with workers records, besides its samples/s, the step's time while the loader ran beside it
+  (``Sc``: the fed loop's step time less its wait for data, ``T · (1 − data_wait_frac)``) and the
+  main process's CPU per batch (``host_cpu_util · C · T`` less the workers' CPU: ``ν·S + o + tr``).
+  Both enter the fit as log-ratio residuals beside ``T``'s. On the quick studies of 2026-11-25 the
+  step ran 1.2–1.6× its device-resident time beside the workers for the CNN and 1.3–4× for the
+  MLP (the shorter the step, the more), and the main process burned 1.5–2.0 CPU-seconds per second
+  of step for the CNN and 1.9–3.6 for the MLP (spinning XLA threads included), where version 6 fitted one ν of 1.91 to samples/s
+  alone and put the CNN's batch-128 run with two workers 17–20% too slow (version 7 on the
+  committed study: ν 2.18 for the MLP, 1.60 for the CNN, κ 1.26 [1.08, 1.46] where it was 0.96
+  [0.56, 1.65]). Five studies, 5-fold
+  cross-validation (step predicted) and each study's model predicting its own second sweep,
+  median / max before → after: 5.0/86.6 → 3.8/63.0 and 7.3/19.1 → 5.2/19.5 (committed study),
+  5.2/69.5 → 5.8/36.5 and 9.6/28.6 → 9.6/16.1, 13.7/50.2 → 13.2/37.6 and 11.9/37.9 → 13.6/37.9,
+  9.4/92.4 → 8.1/63.4 and 19.7/41.1 → 19.9/38.5, 9.4/37.7 → 10.4/34.3 and 9.2/30.6 → 9.2/22.2
+  (``results/cpu-2core/holdout``).
   With ``num_workers = 0`` the loader runs in the main process and shares its interpreter lock:
   ``T = max(L + o + γ·S, S + γ·(L + o))``, ``γ`` the fraction of the shorter of the two that does
   not overlap (0: perfect overlap, 1: in series).
   On an accelerator (``whatif --set hierarchy=...``) the step leaves the host: ``ν = κ = 0``.
+  A model family with no run with workers borrows the geometric mean of the fitted families' ``ν``
+  (flagged as extrapolation).
 
 ``fit`` calibrates the step parameters on the device-resident step times, the stamped stages ``g``
 on the rows' CPU-time stamps (``read/decode/augment_cpu_s_per_sample``: thread time, uncontended
@@ -131,10 +152,11 @@ from analysis.costmodel.features import (CATEGORICAL_KNOBS, FAMILIES, NUMERIC_KN
                                          knob_frame)
 
 FORMAT = "memsim-costmodel"
-VERSION = 6  # 2: the augmentation pass's fixed part (augment_pass_base_s); 3: stage_base_s, stage_pixel_s;
+VERSION = 7  # 2: the augmentation pass's fixed part (augment_pass_base_s); 3: stage_base_s, stage_pixel_s;
 # 4: the worker process's own terms (worker_base_s, worker_batch_s, worker_pixel_s, worker_pass_s);
 # 5: the stage probe's terms (decode_pixel_s, stage_scale, stage_offset_s); 6: the step's cost per
-# parameter and micro-batch per cell (weight_pass_s_<family>_<precision>)
+# parameter and micro-batch per cell (weight_pass_s_<family>_<precision>); 7: contention fitted on the
+# runs' contended step and main-process CPU, ν per model family (step_cores_<family>), u = L/T uncapped
 SOURCES = ("ram", "memmap", "arrayrecord")
 PRECISIONS = ("fp32", "bf16")
 REF_PIXELS = 32 * 32 * 3
@@ -155,7 +177,7 @@ STAGE_PROBE_PARAMS = ("decode_pixel_s", "stage_scale", "stage_offset_s")
 WORKER_PARAMS = ("worker_base_s", "worker_batch_s", "worker_pixel_s", "worker_pass_s")
 LOADER_PARAMS = ("sample_base_s", "pixel_s", "augment_pass_base_s", "augment_pass_s", "read_memmap_s",
                  "read_arrayrecord_s", "stage_base_s", "stage_pixel_s",
-                 "batch_overhead_s", "main_overlap_loss", "step_straggler", "step_cores")
+                 "batch_overhead_s", "main_overlap_loss", "step_straggler")
 #: log-space bounds of each parameter (lower, upper) and its starting value
 _BOUNDS = {
     "step_overhead_s": (1e-7, 1.0, 2e-4), "update_s_per_param": (1e-14, 1e-6, 1e-9),
@@ -195,11 +217,14 @@ DESCRIPTION = {
     "batch_overhead_s": "main-thread work per batch: iterator, batching, dispatch (s)",
     "main_overlap_loss": "share of the shorter of loader/step not overlapped without workers",
     "step_straggler": "step slow-down per unit of worker activity (κ)",
-    "step_cores": "host cores the step keeps busy (ν)",
+    "step_cores": "host cores the step keeps busy (ν), one for every model family",
 }
 
 
 def _describe(name: str) -> str:
+    if name.startswith("step_cores_"):
+        return (f"main-process cores per second of the {name[len('step_cores_'):]} step beside the loader (ν): "
+                f"the step's threads, spinning included")
     if name.startswith("weight_pass_s_"):
         return (f"step seconds per parameter and micro-batch of {name[len('weight_pass_s_'):].replace('_', ' ')} "
                 f"(the roofline's memory side: weights read, gradients written and accumulated, casts)")
@@ -207,6 +232,10 @@ def _describe(name: str) -> str:
         return (f"factor on a {name[len('accum_loop_'):]} micro-batch's time when the step accumulates "
                 f"gradients (the accumulator, and what does not shrink with the micro-batch)")
     return "step FLOP/s of " + name[len("flop_rate_"):].replace("_", " ")
+
+
+def step_cores_name(family: str) -> str:
+    return f"step_cores_{family}"
 
 
 def flop_rate_name(family: str, precision: str) -> str:
@@ -377,31 +406,43 @@ def transfer_time(transfer: dict, kf: pd.DataFrame) -> np.ndarray:
     return transfer["alpha_s"] + nbytes / transfer["beta_Bps"]
 
 
+def family_cores(p: dict, family) -> np.ndarray:
+    """``ν`` per configuration from its model family (``step_cores_<family>``); a family without its
+    own borrows the geometric mean of the fitted ones. A model fitted on rows without the main
+    process's CPU has one ``step_cores`` for every family; with no run with workers, 1."""
+    fitted = [v for k, v in p.items() if k.startswith("step_cores_")]
+    fallback = p.get("step_cores", float(np.exp(np.mean(np.log(fitted)))) if fitted else 1.0)
+    return np.array([p.get(step_cores_name(f), fallback) for f in family], float)
+
+
 def cycle(p: dict, S: np.ndarray, L: np.ndarray, tr: np.ndarray, nw: np.ndarray, cores: float,
-          on_host: np.ndarray | bool = True) -> dict:
+          on_host: np.ndarray | bool = True, family=None) -> dict:
     """Seconds per batch ``T`` and its parts, solved per configuration (numpy arrays).
 
-    Returns a dict: ``T`` (cycle), ``Sc`` (the step as slowed by the workers), ``rho`` (worker
-    activity), ``cpu`` (processor-sharing bound), ``workers`` (L / num_workers), ``main`` (the
-    main thread's step + overhead) and ``loader_main`` (the loader's share without workers).
+    ``family`` (the model family per configuration) picks each step's ``ν``; without it every
+    step takes the fitted families' geometric mean.
+
+    Returns a dict: ``T`` (cycle), ``Sc`` (the step as slowed by the workers), ``rho`` (the cores
+    the workers keep busy, ``u``), ``cpu`` (processor-sharing bound), ``workers`` (L / num_workers),
+    ``main`` (the main thread's step + overhead) and ``loader_main`` (the loader's share without
+    workers).
     """
     o = p["batch_overhead_s"]
     on_host = np.broadcast_to(np.asarray(on_host, bool), S.shape)
     kappa = np.where(on_host, p["step_straggler"], 0.0)
-    nu = np.where(on_host, p["step_cores"], 0.0)
+    nu = np.where(on_host, family_cores(p, [None] * len(S) if family is None else family), 0.0)
     g = p["main_overlap_loss"]
     k = np.maximum(nw, 1).astype(float)
     workers = L / k
     cpu = (L + nu * S + o + tr) / cores
-    # num_workers >= 1: T = max(S(1 + κ min(1, L/T)) + o, L/k, cpu). The right side does not grow
-    # with T, so the fixed point is unique and closed-form: t, the root of t = S + o + Sκ min(1, L/t)
-    # (S + o + Sκ when that is ≤ L, else the positive root of t² − (S + o)t − SκL), then the larger
-    # of t and the other two bounds. (It replaced a 60-step bisection that took 1 ms a call and most
-    # of a calibration's time.)
-    t_busy = S * (1 + kappa) + o
+    # num_workers >= 1: T = max(S(1 + κL/T) + o, L/k, cpu). The right side does not grow with T,
+    # so the fixed point is unique and closed-form: t, the positive root of t² − (S + o)t − SκL,
+    # then the larger of t and the other two bounds. (It replaced a 60-step bisection that took
+    # 1 ms a call and most of a calibration's time.) u = L/T is not capped at one core: two workers
+    # keep up to two busy, and the runs' contended steps follow u past 1 (version 7).
     t_root = 0.5 * ((S + o) + np.sqrt((S + o) ** 2 + 4.0 * S * kappa * L))
-    T_par = np.maximum.reduce([np.where(t_busy <= L, t_busy, t_root), workers, cpu])
-    rho = np.minimum(1.0, L / T_par)
+    T_par = np.maximum.reduce([t_root, workers, cpu])
+    rho = L / T_par
     Sc = S * (1 + kappa * rho)
     # num_workers == 0: the loader shares the main thread's interpreter lock
     a, b = L + o, S
@@ -410,6 +451,22 @@ def cycle(p: dict, S: np.ndarray, L: np.ndarray, tr: np.ndarray, nw: np.ndarray,
     return {"T": np.where(par, T_par, T_main), "Sc": np.where(par, Sc, S), "rho": np.where(par, rho, 0.0),
             "cpu": cpu, "workers": np.where(par, workers, 0.0), "main": np.where(par, Sc + o, b + g * a),
             "loader_main": np.where(par, 0.0, a + g * b)}
+
+
+def main_cpu(p: dict, S: np.ndarray, tr: np.ndarray, family) -> np.ndarray:
+    """The main process's CPU seconds per batch beside worker processes: ``ν·S + o + tr``."""
+    return family_cores(p, family) * S + p["batch_overhead_s"] + tr
+
+
+def contention_observed(meas: pd.DataFrame, B: np.ndarray, T: np.ndarray, cores: int) -> tuple:
+    """What a run measured of the contention, per configuration (NaN where the rows lack it): the
+    step's seconds beside the loader (``T · (1 − data_wait_frac)``: the fed loop times the wait for
+    a batch and the step apart) and the main process's CPU seconds per batch (``host_cpu_util`` is
+    the run's CPU over wall time and cores, workers included; less the workers' own)."""
+    def col(c):
+        return (pd.to_numeric(meas[c], errors="coerce").to_numpy(float) if c in meas
+                else np.full(len(meas), np.nan))
+    return T * (1 - col("data_wait_frac")), col("host_cpu_util") * cores * T - B * col("worker_cpu_s_per_sample")
 
 
 def bottleneck_name(parts: dict, nw: np.ndarray) -> np.ndarray:
@@ -552,6 +609,8 @@ def _lsq(residual, names: list, fixed: dict):
 
 
 def _bounds(name: str) -> tuple[float, float, float]:
+    if name.startswith("step_cores_"):
+        return _BOUNDS["step_cores"]
     if name.startswith("accum_loop_"):
         return (0.2, 100.0, 1.0)
     if name.startswith("weight_pass_s_"):
@@ -677,8 +736,9 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
         fixed["main_overlap_loss"] = 1.0
         notes["main_overlap_loss"] = "no num_workers=0 rows; assumed in series"
     if not (nw >= 1).any():
-        fixed.update(step_straggler=0.0, step_cores=1.0)
-        notes.update(step_straggler="no num_workers>=1 rows", step_cores="no num_workers>=1 rows")
+        fixed["step_straggler"] = 0.0
+        notes["step_straggler"] = "no num_workers>=1 rows"
+    fam = kf.model.to_numpy()
     cols = columns(kf)
     # 2a. the stamped stages on their CPU-time stamps (uncontended: thread time), when the rows have them
     cpu_st = (meas.cpu_stamped_s_per_sample.to_numpy(float) if "cpu_stamped_s_per_sample" in meas
@@ -721,12 +781,29 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
         p.update(dict(zip(WORKER_PARAMS, wv)))
         worker_recs = list(zip(WORKER_PARAMS, wv, wse, wfree))
     names = [k for k in names if k not in fixed]
+    # 2c. what the runs with workers measured of the contention: the step's time beside the loader
+    # (the fed loop's step less its wait for data) and the main process's CPU per batch (all CPU of
+    # the run less the workers'); rows without the columns leave them out
+    C_meas, M_meas = contention_observed(meas, B, T_meas, cores)
+    use_c = (nw >= 1) & np.isfinite(C_meas) & (C_meas > 0)
+    use_m = (nw >= 1) & np.isfinite(M_meas) & (M_meas > 0)
+    # ν per model family where every run with workers measured the main process's CPU; samples/s
+    # alone do not tell one family's from another's (on a study whose rows lacked the workers' CPU,
+    # a fold left one CNN run with a worker, loader-bound, and put the CNN's ν at 5.3), so rows
+    # without it fit one ν for every step, as version 6 did
+    if (nw >= 1).any():
+        names += ([step_cores_name(f) for f in FAMILIES if ((fam == f) & (nw >= 1)).any()]
+                  if use_m[nw >= 1].all() else ["step_cores"])
 
     def resid(q):
         q = {**p, **q}
         L = B * sample_time(q, cols)
-        T = cycle(q, S_meas, L, tr, nw, cores)["T"]
-        r = [np.log(T / T_meas)]
+        parts = cycle(q, S_meas, L, tr, nw, cores, family=fam)
+        r = [np.log(parts["T"] / T_meas)]
+        if use_c.any():
+            r.append(np.log(parts["Sc"][use_c] / C_meas[use_c]))
+        if use_m.any():
+            r.append(np.log(main_cpu(q, S_meas, tr, fam)[use_m] / M_meas[use_m]))
         if use_stamp.any():
             r.append(0.5 * np.log(sample_time(q, kf)[use_stamp] / stamped[use_stamp]))
         if lp is not None:  # the loader alone: its batch, then the main thread's per-batch work
@@ -750,7 +827,7 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
         recs.append({"param": nm, "value": float(v), "stderr": math.nan, "lo": math.nan, "hi": math.nan,
                      "fixed": True, "note": notes[nm], "description": DESCRIPTION[nm]})
     table = pd.DataFrame(recs)
-    T_fit = cycle(p, step_time(p, kf), B * sample_time(p, kf), tr, nw, cores)["T"]
+    T_fit = cycle(p, step_time(p, kf), B * sample_time(p, kf), tr, nw, cores, family=fam)["T"]
     y, yhat = np.log(B / T_meas), np.log(B / T_fit)
     ss_tot = float(((y - y.mean()) ** 2).sum())
     stats = {"n_configs": n, "n_residuals": int(len(lres.fun) + len(sres.fun) + len(gres.fun) + len(wres.fun)),
@@ -818,6 +895,9 @@ def extrapolation(model: CostModel, kf: pd.DataFrame) -> list[str]:
         cell = f"{kf.model.iloc[i]}/{kf.precision.iloc[i]}"
         if cell not in r["cells"] and f"model={kf.model.iloc[i]} not measured" not in why:
             why.append(f"no measured step of {cell}")
+        if (int(kf.num_workers.iloc[i]) >= 1 and step_cores_name(kf.model.iloc[i]) not in model.params
+                and any(k.startswith("step_cores_") for k in model.params)):
+            why.append(f"no measured run of {kf.model.iloc[i]} with workers: its step's host cores borrowed")
         out.append("; ".join(why))
     return out
 
@@ -887,7 +967,7 @@ def components(model: CostModel, configs: pd.DataFrame, hierarchy: str | None = 
     tr = transfer_time(transfer, kf)
     nw = kf.num_workers.to_numpy()
     L = B * sample_time(p, kf)
-    parts = cycle(p, S, L, tr, nw, cores, on_host)
+    parts = cycle(p, S, L, tr, nw, cores, on_host, family=kf.model.to_numpy())
     ext = extrapolation(model, kf)
     for k, seen in model.ranges.get("unmodelled", {}).items():
         if k in configs and seen:

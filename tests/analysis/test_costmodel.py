@@ -21,7 +21,7 @@ TRUE = {"step_overhead_s": 1e-3, "update_s_per_param": 1e-9, "flop_rate_mlp_fp32
         "flop_rate_mlp_bf16": 3e10, "flop_rate_cnn_fp32": 3e10, "flop_rate_cnn_bf16": 5e9,
         "sample_base_s": 2e-4, "pixel_s": 3e-5, "augment_pass_s": 6e-5, "augment_pass_base_s": 4e-5, "read_memmap_s": 2e-5,
         "read_arrayrecord_s": 6e-5, "batch_overhead_s": 4e-3, "main_overlap_loss": 0.2,
-        "step_straggler": 0.8, "step_cores": 1.3}
+        "step_straggler": 0.8, "step_cores_mlp": 1.8, "step_cores_cnn": 1.3}
 
 
 def _true_model(params=None):
@@ -34,10 +34,13 @@ def _true_model(params=None):
 
 
 def synthetic_rows(n: int = 24, seed: int = 0, noise: float = 0.0, params: dict | None = None,
-                   cpu_stamps: bool = False, worker_cpu: bool = False) -> pd.DataFrame:
+                   cpu_stamps: bool = False, worker_cpu: bool = False, contention: bool = False) -> pd.DataFrame:
     """Rows whose samples/s are the model's own cycle at ``params`` (TRUE; two repeats each); with
     ``cpu_stamps`` they carry the stamped stages' CPU seconds per sample as the loader writes them,
-    with ``worker_cpu`` the worker processes' CPU per sample (``worker_time``; NaN without workers)."""
+    with ``worker_cpu`` the worker processes' CPU per sample (``worker_time``; NaN without workers),
+    with ``contention`` (and ``worker_cpu``) what a run measures of the contention: the share of the
+    fed loop spent waiting for data (the rest is the step beside the loader) and the run's CPU over
+    wall time and cores (the workers' and the main process's ``ν·S + o + tr``)."""
     rng = np.random.default_rng(seed)
     cfg = pd.DataFrame({
         "model": rng.choice(["mlp", "cnn"], n), "precision": rng.choice(["fp32", "bf16"], n),
@@ -66,6 +69,12 @@ def synthetic_rows(n: int = 24, seed: int = 0, noise: float = 0.0, params: dict 
         if worker_cpu:
             d["worker_cpu_s_per_sample"] = np.where(cfg.num_workers >= 1,
                                                     worker_time(params or TRUE, features.knob_frame(cfg)), np.nan)
+        if contention:
+            T = cfg.batch_size.to_numpy() / comp.bound_samples_per_s.to_numpy()
+            d["data_wait_frac"] = 1 - comp.step_contended_s.to_numpy() / T
+            main = costmodel.model.main_cpu(params or TRUE, comp.step_s.to_numpy(), comp.transfer_s.to_numpy(),
+                                            cfg.model.to_numpy())
+            d["host_cpu_util"] = (np.nan_to_num(cfg.batch_size * d["worker_cpu_s_per_sample"]) + main) / (2 * T)
         rows.append(d)
     return pd.concat(rows, ignore_index=True)
 
@@ -165,24 +174,63 @@ def test_the_stage_probe_gives_the_stages_shape_and_the_rows_how_the_pipeline_in
 
 
 def test_cycle_solves_its_fixed_point():
-    """T = max(S(1 + κ min(1, L/T)) + o, L/num_workers, (L + νS + o + tr)/cores) holds at the
+    """T = max(S(1 + κL/T) + o, L/num_workers, (L + ν[family]S + o + tr)/cores) holds at the
     returned T, over random terms that put each of the three bounds in charge somewhere."""
     from analysis.costmodel.model import cycle
     rng = np.random.default_rng(3)
     n = 400
     S, L, tr = (np.exp(rng.uniform(-9, -2, n)) for _ in range(3))
     nw = rng.integers(1, 9, n)
-    p = {"batch_overhead_s": 1e-3, "step_straggler": 0.8, "main_overlap_loss": 0.2, "step_cores": 1.3}
-    parts = cycle(p, S, L, tr, nw, 4)
+    family = rng.choice(["mlp", "cnn"], n)
+    p = {"batch_overhead_s": 1e-3, "step_straggler": 0.8, "main_overlap_loss": 0.2, "step_cores_mlp": 1.8,
+         "step_cores_cnn": 1.3}
+    parts = cycle(p, S, L, tr, nw, 4, family=family)
     T = parts["T"]
-    o, k, nu = p["batch_overhead_s"], p["step_straggler"], p["step_cores"]
-    step = S * (1 + k * np.minimum(1.0, L / T)) + o
+    o, k = p["batch_overhead_s"], p["step_straggler"]
+    nu = np.where(family == "mlp", 1.8, 1.3)
+    step = S * (1 + k * L / T) + o
     rhs = np.maximum.reduce([step, L / nw, (L + nu * S + o + tr) / 4])
     np.testing.assert_allclose(T, rhs, rtol=1e-12)
     which = np.argmax([step, L / nw, (L + nu * S + o + tr) / 4], axis=0)
     assert set(which) == {0, 1, 2}
-    assert ((L / T < 1) & (which == 0)).any() and ((L / T >= 1) & (which == 0)).any()  # both branches of the root
-    np.testing.assert_allclose(parts["Sc"], S * (1 + k * np.minimum(1.0, L / T)), rtol=1e-12)
+    assert ((L / T > 1) & (which == 0)).any()  # the workers' cores are not capped at one
+    np.testing.assert_allclose(parts["Sc"], S * (1 + k * L / T), rtol=1e-12)
+    # without a family every step takes the fitted families' geometric mean
+    plain = cycle(p, S, L, tr, nw, 4)
+    np.testing.assert_allclose(plain["cpu"], (L + np.sqrt(1.8 * 1.3) * S + o + tr) / 4, rtol=1e-12)
+
+
+def test_the_runs_contention_measurements_identify_each_familys_cores_and_the_straggler():
+    # Rows that carry what a run measures of the contention (the step beside the loader, the main
+    # process's CPU): the fit recovers κ and each family's ν, and matches both observables
+    true = {**TRUE, "stage_base_s": 3e-5, "stage_pixel_s": 1e-5, "worker_base_s": 2e-5, "worker_batch_s": 2e-3,
+            "worker_pixel_s": 2.5e-5, "worker_pass_s": 1.3e-5}
+    rows = synthetic_rows(params=true, cpu_stamps=True, worker_cpu=True, contention=True)
+    model = costmodel.fit(rows)
+    for k in ("step_straggler", "step_cores_mlp", "step_cores_cnn", "batch_overhead_s"):
+        assert model.params[k] == pytest.approx(true[k], rel=0.02), k
+    assert model.stats["median_abs_rel_error"] < 1e-3
+    meas = costmodel.model.measured_configs(rows)
+    kf = features.knob_frame(meas)
+    B = kf.batch_size.to_numpy(float)
+    T = B / meas.samples_per_s.to_numpy()
+    C, M = costmodel.model.contention_observed(meas, B, T, 2)
+    comp = components(model, meas)
+    w = kf.num_workers.to_numpy() >= 1
+    np.testing.assert_allclose(comp.step_contended_s.to_numpy()[w], C[w], rtol=0.02)
+    np.testing.assert_allclose(costmodel.model.main_cpu(model.params, comp.step_s.to_numpy(), comp.transfer_s.to_numpy(),
+                                                        kf.model.to_numpy())[w], M[w], rtol=0.02)
+    # a family with no run with workers borrows the others' ν, and says so
+    only_cnn = rows[(rows.model == "cnn") | (rows.num_workers == 0)]
+    m2 = costmodel.fit(only_cnn)
+    assert "step_cores_mlp" not in m2.params and m2.params["step_cores_cnn"] == pytest.approx(1.3, rel=0.05)
+    probe = meas[(meas.model == "mlp") & (meas.num_workers >= 1)].head(1)
+    out = components(m2, probe)
+    assert "no measured run of mlp with workers" in out.extrapolated.iloc[0]
+    # rows without the workers' CPU do not measure the main process's: one ν for every family
+    plain = costmodel.fit(rows.drop(columns="worker_cpu_s_per_sample"))
+    assert "step_cores" in plain.params and not any(k.startswith("step_cores_") for k in plain.params)
+    assert "no measured run" not in components(plain, probe).extrapolated.iloc[0]
 
 
 def test_an_error_splits_into_the_step_models_part_and_the_pipelines():
