@@ -59,7 +59,7 @@ from experiments.env import environment
 
 STEP_KEYS = ("model", "precision", "grad_accum_steps", "batch_size", "image_size")
 LOADER_KEYS = ("source", "image_size", "augment_cost")
-ENV_KEYS = ("platform", "device_kind", "cpu_count", "jax_version", "jaxlib_version", "grain_version", "git_commit")
+ENV_KEYS = ("platform", "device_kind", "cpu_count", "cpu_model", "cpu_simd", "jax_version", "jaxlib_version", "grain_version", "git_commit")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,7 +100,8 @@ class ComponentConfig:
         for k in ("model", "precision", "grad_accum_steps", "step_shapes", "source", "image_size", "augment_cost"):
             check(isinstance(getattr(self, k), tuple), k, getattr(self, k), "must be a tuple of levels (may be empty)")
         check(all(len(s) == 2 and s[0] > 0 and s[1] > 0 for s in self.step_shapes), "step_shapes",
-              self.step_shapes, "each shape is a (batch_size, image_size) pair of positive integers")
+              self.step_shapes, "each shape is a (batch_size, image_size) pair of positive integers, written 64x32 on "
+              "the command line (--step_shapes=32x16,64x32)")
         check(self.repeats >= 1, "repeats", self.repeats, "must be >= 1")
         check(self.loader_batch_size >= 1, "loader_batch_size", self.loader_batch_size, "must be >= 1")
         check(self.stage_batch_size >= 1, "stage_batch_size", self.stage_batch_size, "must be >= 1")

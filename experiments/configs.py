@@ -25,7 +25,10 @@ def _describe(tp) -> str:
     if origin is Literal:
         return " | ".join(repr(a) for a in get_args(tp))
     if origin in (tuple, list):
-        return f"comma-separated {_describe(get_args(tp)[0])}s"
+        inner = get_args(tp)[0]
+        if get_origin(inner) in (tuple, list):  # a sequence of tuples: 32x16,128x48
+            return f"comma-separated AxB groups of {_describe(get_args(inner)[0])}s"
+        return f"comma-separated {_describe(inner)}s"
     if origin in (typing.Union, types.UnionType):
         return " or ".join(_describe(a) for a in get_args(tp))
     return getattr(tp, "__name__", str(tp))
@@ -56,6 +59,9 @@ def coerce(key: str, raw: Any, tp) -> Any:
     if origin in (tuple, list):
         (inner,) = get_args(tp)[:1]
         items = raw.split(",") if isinstance(raw, str) else list(raw)
+        if isinstance(raw, str) and get_origin(inner) in (tuple, list):
+            # a sequence of tuples on the command line: groups split by ',', members by 'x'
+            items = [x.strip().split("x") for x in items if x.strip() != ""]
         vals = [coerce(key, x.strip() if isinstance(x, str) else x, inner) for x in items if x != ""]
         return tuple(vals) if origin is tuple else vals
     if tp is bool:

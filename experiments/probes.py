@@ -602,7 +602,7 @@ def run(cfg: ProbeConfig, log: Callable[[str], None] | None = None,
 
 # The environment columns every row carries besides the config's (analysis.links copies them onto
 # the fits).
-ENV_COLUMNS = ("platform", "device_kind", "device_count", "cpu_count", "jax_version",
+ENV_COLUMNS = ("platform", "device_kind", "device_count", "cpu_count", "cpu_model", "cpu_simd", "jax_version",
                "jaxlib_version", "numpy_version", "python", "git_commit", "ram_total_bytes",
                "ram_available_bytes", "disk_total_bytes", "device_memory_bytes",
                "max_bytes_effective", "started_at")

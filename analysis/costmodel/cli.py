@@ -116,6 +116,18 @@ def _print_parts(s: dict) -> None:
               f"max {s['max_abs_pipeline_part']:.1%}")
 
 
+def other_cpu(model, meas) -> str:
+    """'' when the rows ran on the CPU the model was fitted on (or either does not say), else a
+    sentence naming both: a model's step and loader costs are the measured CPU's, and on the 2-core
+    machines of 2026-11-25 the same step took 2.5 ms on one CPU and 7.5 ms on another."""
+    fitted = model.environment.get("cpu_model")
+    seen = sorted({str(v) for v in meas.get("cpu_model", pd.Series(dtype=object)).dropna()})
+    if not fitted or not seen or seen == [fitted]:
+        return ""
+    return (f"the model was fitted on CPU {fitted!r}; these rows ran on {', '.join(map(repr, seen))}: the "
+            f"predictions are for another machine (refit on these rows' machine to compare like with like)")
+
+
 def cmd_compare(args) -> int:
     from analysis.costmodel.evaluate import compare, summary, with_measured_step, worst
     from analysis.costmodel.model import load, measured_configs, predict
@@ -131,6 +143,10 @@ def cmd_compare(args) -> int:
     cmp = compare(d["rows"], pred, ms)
     s = summary(cmp)
     s["step"] = args.step
+    other = other_cpu(model, meas)
+    if other:
+        s["other_cpu"] = other
+        print(f"note: {other}", file=sys.stderr)
     print(cmp[["config_id", "measured", "measured_lo", "measured_hi", "predicted", "rel_error", "within_noise",
                "bottleneck"]].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     w = worst(cmp)

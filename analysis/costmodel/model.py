@@ -462,7 +462,9 @@ def contention_observed(meas: pd.DataFrame, B: np.ndarray, T: np.ndarray, cores:
     """What a run measured of the contention, per configuration (NaN where the rows lack it): the
     step's seconds beside the loader (``T · (1 − data_wait_frac)``: the fed loop times the wait for
     a batch and the step apart) and the main process's CPU seconds per batch (``host_cpu_util`` is
-    the run's CPU over wall time and cores, workers included; less the workers' own)."""
+    the run's CPU over wall time and cores, workers included; less the workers' own). The run's
+    wall time also holds the loss's read-back between steps, which ``T`` leaves out, so the second
+    is low by that share of the wall time (not measured apart; largest where the step is shortest)."""
     def col(c):
         return (pd.to_numeric(meas[c], errors="coerce").to_numpy(float) if c in meas
                 else np.full(len(meas), np.nan))
@@ -838,8 +840,9 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
              "step_rms_log_residual": float(np.sqrt(np.mean(sres.fun ** 2))),
              "stage_rms_log_residual": float(np.sqrt(np.mean(gres.fun ** 2))) if len(gres.fun) else math.nan,
              "worker_rms_log_residual": float(np.sqrt(np.mean(wres.fun ** 2))) if len(wres.fun) else math.nan}
-    env = {k: str(meas[k].iloc[0]) for k in ("platform", "device_kind", "jax_version", "grain_version", "git_commit")
-           if k in meas}
+    env = {k: str(meas[k].iloc[0]) for k in ("platform", "device_kind", "cpu_model", "cpu_simd", "jax_version",
+                                             "grain_version", "git_commit")
+           if k in meas and pd.notna(meas[k].iloc[0])}
     ranges = _ranges(kf)
     ranges["cells"] = sorted({f"{m}/{q}" for m, q in cells})
     # loader knobs the equations do not contain: the values calibration saw, so that a prediction

@@ -494,6 +494,19 @@ def test_command_line_fit_compare_whatif(tmp_path, capsys):
     assert r.returncode == 2 and "rows.csv" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
+def test_compare_says_when_the_rows_ran_on_another_cpu(tmp_path):
+    from analysis.costmodel.cli import other_cpu
+    from analysis.costmodel.model import measured_configs
+    rows = pd.read_csv(STUDY / "rows.csv").assign(cpu_model="CPU A (family/model/stepping 25/1/1)", cpu_simd="avx2 fma")
+    model = costmodel.fit(rows)
+    assert model.environment["cpu_model"] == "CPU A (family/model/stepping 25/1/1)"
+    assert other_cpu(model, measured_configs(rows)) == ""
+    note = other_cpu(model, measured_configs(rows.assign(cpu_model="CPU B (family/model/stepping 6/143/8)")))
+    assert "CPU A" in note and "CPU B" in note and "another machine" in note
+    # rows written before the CPU was recorded say nothing either way
+    assert other_cpu(model, measured_configs(rows.drop(columns=["cpu_model"]))) == ""
+
+
 def test_worker_curve_is_the_longest_run_that_differs_only_in_workers():
     from analysis.costmodel.section import worker_curve
     meas = pd.DataFrame({"model": "mlp", "batch_size": [64, 64, 64, 64, 64, 32, 32],

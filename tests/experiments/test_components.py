@@ -96,6 +96,16 @@ def test_bad_shapes_are_refused_before_any_work():
         components.ComponentConfig(step_shapes=((0, 8),))
 
 
+def test_step_shapes_parse_from_the_command_line():
+    from experiments.configs import apply_overrides
+    assert apply_overrides(components.quick(), {"step_shapes": "64x32, 128x16"}).step_shapes == ((64, 32), (128, 16))
+    # a flat list is not a list of pairs: the error says how to write one
+    with pytest.raises(ConfigError, match=r"step_shapes=\(\(64,\), \(32,\)\).*64x32"):
+        apply_overrides(components.quick(), {"step_shapes": "64,32"})
+    with pytest.raises(ConfigError, match="step_shapes"):
+        apply_overrides(components.quick(), {"step_shapes": "64xa"})
+
+
 def test_the_study_probes_the_levels_its_sweep_samples(tmp_path):
     assert components.for_sweep(sweep.quick(), loader=False).loader_configs() == []
     assert components.for_sweep(sweep.quick(), stage=False).stage_configs() == []

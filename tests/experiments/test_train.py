@@ -97,7 +97,8 @@ def test_run_row_is_complete_and_consistent(data_cache, feed, shm_guard, monkeyp
     assert 0 < r.augment_cpu_s_per_sample <= r.augment_s_per_sample * 1.05 + 1e-6
     assert r.num_workers == 0 and np.isnan(r.worker_cpu_s_per_sample)  # no worker processes to measure
     for col in ("platform", "device_kind", "jax_version", "flax_version", "optax_version", "grain_version",
-                "cpu_count", "git_commit", "seed", "compile_s", "peak_rss_bytes", "xla_flops_per_step"):
+                "cpu_count", "cpu_model", "cpu_simd", "git_commit", "seed", "compile_s", "peak_rss_bytes",
+                "xla_flops_per_step"):
         assert col in res.row.columns
     assert r.final_loss < r.first_loss, "the step must actually train"
 
