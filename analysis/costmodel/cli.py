@@ -109,7 +109,11 @@ def cmd_predict(args) -> int:
 
 
 def _print_parts(s: dict) -> None:
-    """The error's split (``analysis.costmodel.evaluate.compare``), when the summary has it."""
+    """The error's split (``analysis.costmodel.evaluate.compare``) and the measurements' own
+    intervals, when the summary has them."""
+    if "median_interval_width" in s:
+        print(f"measured intervals: median width {s['median_interval_width']:.1%} of the median, max "
+              f"{s['max_interval_width']:.1%}; {s['n_interval_under_15pct']} of {s['n']} narrower than 15%")
     if "median_abs_step_part" in s:
         print(f"of it, from the step model: median {s['median_abs_step_part']:.1%}, max {s['max_abs_step_part']:.1%}; "
               f"with each step measured (loader, feed, contention): median {s['median_abs_pipeline_part']:.1%}, "

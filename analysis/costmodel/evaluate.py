@@ -95,6 +95,13 @@ def summary(cmp: pd.DataFrame) -> dict:
     >>> s = summary(cmp)
     >>> s["median_abs_rel_error"], s["max_abs_rel_error"], s["kendall_tau"], s["n"]
     (0.05, 0.1, 1.0, 3)
+
+    With the measured intervals (``measured_lo``/``_hi``), how wide they are relative to the median:
+
+    >>> cmp["measured_lo"], cmp["measured_hi"] = [95.0, 150, 297], [105.0, 250, 303]
+    >>> s = summary(cmp)
+    >>> round(s["median_interval_width"], 3), round(s["max_interval_width"], 3), s["n_interval_under_15pct"]
+    (0.1, 0.5, 2)
     """
     from scipy.stats import kendalltau
     err = np.abs(cmp.rel_error.to_numpy(float))
@@ -105,6 +112,14 @@ def summary(cmp: pd.DataFrame) -> dict:
            "kendall_tau": tau, "n": int(len(err))}
     if "within_noise" in cmp:
         out["within_noise"] = int(cmp.within_noise.sum())
+    if {"measured_lo", "measured_hi"} <= set(cmp.columns):
+        # how tightly the measurements themselves pin each configuration: an error can only be judged
+        # against a measurement whose interval is narrower than it
+        width = ((cmp.measured_hi - cmp.measured_lo) / cmp.measured).to_numpy(float)
+        if np.isfinite(width).any():
+            out["median_interval_width"] = float(np.nanmedian(width))
+            out["max_interval_width"] = float(np.nanmax(width))
+            out["n_interval_under_15pct"] = int((width < 0.15).sum())
     if "extrapolated" in cmp:
         out["extrapolated"] = int((cmp.extrapolated.astype(str) != "").sum())
     for part in ("step_part", "pipeline_part"):  # the error's split (see compare), when it was made

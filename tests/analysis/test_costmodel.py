@@ -483,6 +483,10 @@ def test_command_line_fit_compare_whatif(tmp_path, capsys):
     s = json.loads(out.strip().splitlines()[-1])
     n = pd.read_csv(STUDY / "rows.csv").config_id.nunique()
     assert {"median_abs_rel_error", "max_abs_rel_error", "kendall_tau", "n"} <= set(s) and s["n"] == n
+    # the measurements' own intervals, from the committed rows' repeats (each a min–max of two)
+    meas = costmodel.measured_configs(pd.read_csv(STUDY / "rows.csv"))
+    width = (meas.samples_per_s_hi - meas.samples_per_s_lo) / meas.samples_per_s
+    assert s["median_interval_width"] == pytest.approx(width.median()) and s["max_interval_width"] == pytest.approx(width.max())
     rc, out, err = _main(capsys, "whatif", m, "--set", "hierarchy=h100_sxm", "--json")
     assert rc == 0, err
     w = json.loads(out.strip().splitlines()[-1])
