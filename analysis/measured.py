@@ -89,8 +89,12 @@ def _ci(v, lo, hi, fmt="{:.0f}") -> str:
     return f"{fmt.format(v)} [{fmt.format(lo)}, {fmt.format(hi)}]"
 
 
-ENV_KEYS = ["platform", "device_kind", "device_count", "cpu_count", "python", "jax_version", "jaxlib_version",
-            "flax_version", "optax_version", "grain_version", "numpy_version", "pandas_version", "git_commit"]
+ENV_KEYS = ["platform", "device_kind", "device_count", "cpu_count", "cpu_model", "cpu_simd", "python", "jax_version",
+            "jaxlib_version", "flax_version", "optax_version", "grain_version", "numpy_version", "pandas_version",
+            "git_commit"]
+#: fields rows carry only since a later version: listed where the study recorded them, left out of
+#: the table (not shown blank) for a folder written before
+RECENT_ENV_KEYS = ("cpu_model", "cpu_simd")
 
 
 def environment(study) -> tuple[dict, str]:
@@ -116,7 +120,8 @@ def environment_section(study) -> str:
     sweep wall time) is said to be not recorded rather than guessed.
     """
     e, source = environment(study)
-    df = pd.DataFrame({"field": ENV_KEYS, "value": [e.get(k, "") for k in ENV_KEYS]})
+    keys = [k for k in ENV_KEYS if k not in RECENT_ENV_KEYS or (k in e and pd.notna(e[k]))]
+    df = pd.DataFrame({"field": keys, "value": [e.get(k, "") for k in keys]})
     cfg = study.config.get("sweep", {})
     meta = study.meta
     preset = f"Preset `{meta['preset']}`" if meta.get("preset") else "Preset not recorded"

@@ -239,7 +239,8 @@ def measure_step(tc) -> dict:
             "device_resident_step_median_s": float(np.median(times)), "resident_steps_measured": len(times),
             "resident_measure_s": float(times.sum()), "resident_warmup_steps_run": w.warmup_steps,
             "resident_warmup_steady": w.steady, "compile_s": compile_s,
-            "xla_flops_per_step": float(cost.get("flops", np.nan))}
+            "xla_flops_per_step": float(cost.get("flops", np.nan)),
+            "xla_bytes_accessed_per_step": float(cost.get("bytes accessed", np.nan))}
 
 
 def measure_stage(tc) -> dict:

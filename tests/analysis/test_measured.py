@@ -55,3 +55,15 @@ def test_section_names_the_best_and_writes_its_figures(tmp_path):
     assert "**num_workers**: median samples/s 1028 at `num_workers=0` → 2528 at `num_workers=2` (×2.46" in md
     for png in ("samples_vs_num_workers.png", "samples_vs_prefetch.png"):
         assert f"]({png})" in md and (tmp_path / png).stat().st_size > 5000
+
+
+def test_environment_names_the_cpu_where_the_study_recorded_it(tmp_path):
+    rows = _grid()
+    env = {"platform": "cpu", "cpu_count": 2}
+    old = measured.environment_section(StudyResults(path=tmp_path, rows=rows, runs=rows, config={},
+                                                    meta={"environment": env}))
+    assert "| cpu_count" in old and "cpu_model" not in old  # a folder from before: no blank row
+    new = measured.environment_section(StudyResults(
+        path=tmp_path, rows=rows, runs=rows, config={},
+        meta={"environment": {**env, "cpu_model": "AMD EPYC (family/model/stepping 25/1/1)", "cpu_simd": "avx2 fma"}}))
+    assert "AMD EPYC (family/model/stepping 25/1/1)" in new and "avx2 fma" in new

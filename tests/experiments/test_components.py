@@ -59,6 +59,9 @@ def test_the_step_probe_compiles_the_shape_it_names(smoke_run):
     ratio = s.xla_flops_per_step.to_numpy() / (per_sample * s.batch_size.to_numpy())
     assert np.all(np.abs(ratio - 1) < 0.5), ratio  # the optimizer's per-parameter FLOPs add a fixed part
     assert s.xla_flops_per_step.iloc[1] > 1.5 * s.xla_flops_per_step.iloc[0]
+    # XLA's bytes accessed: the weights' part does not grow with the batch, the activations' does
+    b = s.xla_bytes_accessed_per_step.to_numpy()
+    assert 0 < b[0] < b[1] < 2 * b[0], b.tolist()
     # the host cores each step kept busy: some, and no more than the host has
     import os
     nu = res["step"].resident_cpu_cores
