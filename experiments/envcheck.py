@@ -12,6 +12,7 @@ Nothing here imports jax at module level, so the check runs (and says so) where 
 from __future__ import annotations
 
 import dataclasses
+import os
 import platform as pyplatform
 import re
 import sys
@@ -111,7 +112,11 @@ def _device_rows(cfg: EnvConfig) -> list[dict]:
     note = "" if accel else ("JAX sees only the CPU: is a CUDA/TPU build of jax installed "
                              "(e.g. jax[cuda13]) and the driver visible?")
     stats = compat.memory_stats(d)
+    from experiments.env import SIMD_FLAGS, cpu_identity
+    cpu = cpu_identity()
     return [
+        _row("cpu_model", cpu["cpu_model"] or None, "", "ok",
+             f"{os.cpu_count()} cores; SIMD {cpu['cpu_simd'] or 'none of ' + ', '.join(SIMD_FLAGS)}"),
         _row("platform", d.platform, "accelerator" if cfg.require_accelerator else "", status, note),
         _row("device_kind", d.device_kind, "", "ok"),
         _row("device_count", len(devs), "", "ok"),

@@ -23,6 +23,9 @@ def test_this_environment_passes_and_reports_devices_and_versions(capsys):
     df = envcheck.run(envcheck.EnvConfig()).set_index("item")
     assert df.loc["jax", "value"] == jax.__version__
     assert df.loc["device_count", "value"] == str(len(jax.devices()))
+    # the CPU, as the rows record it
+    from experiments.env import cpu_identity
+    assert df.loc["cpu_model", "value"] == cpu_identity()["cpu_model"] != ""
     assert df.loc["memory_kinds", "value"] == ",".join(compat.memory_kinds(dev))
     assert (df["status"] == "ok").all(), df[df.status != "ok"]
 
