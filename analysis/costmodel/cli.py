@@ -120,20 +120,8 @@ def _print_parts(s: dict) -> None:
               f"max {s['max_abs_pipeline_part']:.1%}")
 
 
-def other_cpu(model, meas) -> str:
-    """'' when the rows ran on the CPU the model was fitted on (or either does not say), else a
-    sentence naming both: a model's step and loader costs are the measured CPU's, and on the 2-core
-    machines of 2026-11-25 the same step took 2.5 ms on one CPU and 7.5 ms on another."""
-    fitted = model.environment.get("cpu_model")
-    seen = sorted({str(v) for v in meas.get("cpu_model", pd.Series(dtype=object)).dropna()})
-    if not fitted or not seen or seen == [fitted]:
-        return ""
-    return (f"the model was fitted on CPU {fitted!r}; these rows ran on {', '.join(map(repr, seen))}: the "
-            f"predictions are for another machine (refit on these rows' machine to compare like with like)")
-
-
 def cmd_compare(args) -> int:
-    from analysis.costmodel.evaluate import compare, summary, with_measured_step, worst
+    from analysis.costmodel.evaluate import compare, other_cpu, summary, with_measured_step, worst
     from analysis.costmodel.model import load, measured_configs, predict
     model = load(args.model)
     d = read_dir(args.results)

@@ -87,6 +87,18 @@ def with_measured_step(model: CostModel, meas: pd.DataFrame) -> pd.DataFrame:
     return pred
 
 
+def other_cpu(model: CostModel, meas: pd.DataFrame) -> str:
+    """'' when the rows ran on the CPU the model was fitted on (or either does not say), else a
+    sentence naming both: a model's step and loader costs are the measured CPU's, and on the 2-core
+    machines of 2026-11-25 the same step took 2.5 ms on one CPU and 7.5 ms on another."""
+    fitted = model.environment.get("cpu_model")
+    seen = sorted({str(v) for v in meas.get("cpu_model", pd.Series(dtype=object)).dropna()})
+    if not fitted or not seen or seen == [fitted]:
+        return ""
+    return (f"the model was fitted on CPU {fitted!r}; these rows ran on {', '.join(map(repr, seen))}: the "
+            f"predictions are for another machine (refit on these rows' machine to compare like with like)")
+
+
 def summary(cmp: pd.DataFrame) -> dict:
     """Median and max |rel error|, Kendall's τ of predicted vs measured, and n.
 

@@ -499,7 +499,7 @@ def test_command_line_fit_compare_whatif(tmp_path, capsys):
 
 
 def test_compare_says_when_the_rows_ran_on_another_cpu(tmp_path):
-    from analysis.costmodel.cli import other_cpu
+    from analysis.costmodel.evaluate import other_cpu
     from analysis.costmodel.model import measured_configs
     rows = pd.read_csv(STUDY / "rows.csv").assign(cpu_model="CPU A (family/model/stepping 25/1/1)", cpu_simd="avx2 fma")
     model = costmodel.fit(rows)
