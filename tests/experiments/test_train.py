@@ -265,6 +265,39 @@ def test_warmup_that_never_settles_stops_at_max_warmup_s_and_says_so():
     assert 0.3 <= w2.warmup_s < 0.36  # a stated warm-up time is used as given
 
 
+class _FakeFed(_FakeSteps):
+    """``_FakeSteps`` whose steps also wait ``waits[i]`` for data (inside their step time)."""
+
+    def __init__(self, times, waits):
+        super().__init__(times)
+        self.waits = list(waits)
+
+    def __call__(self, i):
+        rec = super().__call__(i)
+        wait = self.waits[i] if i < len(self.waits) else 0.0
+        return {**rec, "data_wait_s": wait, "step_time_s": rec["step_time_s"] + wait}
+
+
+def test_the_loaders_startup_waits_are_not_warmup():
+    # a second worker's first batch takes 1.5 s (step 1); 50 ms steps that never settle
+    times = [0.05, 0.07] * 100
+    waits = [0.0, 1.5]
+    cfg = _smoke("x", warmup_steps=3, max_warmup_s=1.0)
+    # counted as warm-up, the wait ends it at the third step, with the workers just started
+    w = train.measure_window(_FakeFed(times, waits), cfg)
+    assert w.warmup_steps == 3 and not w.steady
+    # not counted (the first num_workers + 1 steps of a run with two workers), the steps warm up for
+    # 1 s of their own: 17 steps of 50-70 ms
+    w = train.measure_window(_FakeFed(times, waits), cfg, startup_steps=3)
+    assert w.warmup_steps == 17 and 1.0 <= w.warmup_s - 1.5 < 1.07
+    # a wait after the startup steps (the loader falling behind) is warm-up time as before
+    w = train.measure_window(_FakeFed(times, [0.0, 0.0, 0.0, 0.0, 1.5]), cfg, startup_steps=3)
+    assert w.warmup_steps == 5
+    # and a stated warm-up time likewise leaves the startup waits out
+    w = train.measure_window(_FakeFed(times, waits), _smoke("x", warmup_steps=1, warmup_time_s=0.3), startup_steps=3)
+    assert 0.3 <= w.warmup_s - 1.5 < 0.37
+
+
 def test_ratio_interval_covers_the_ratio_and_separates_clear_differences():
     rng = np.random.default_rng(1)
     fed = rng.normal(0.010, 0.001, 200).clip(0.005)
