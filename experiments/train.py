@@ -311,6 +311,10 @@ class HostSampler:
     def window_start(self):
         self._t0, self._c0, self._w0 = time.perf_counter(), self._cpu(), self._cpu(children_only=True)
 
+    def tree_cpu_s(self) -> float:
+        """CPU seconds of this process and its children so far."""
+        return self._cpu()
+
     def children_cpu_s(self) -> float:
         """CPU seconds of the child processes (the loader's workers) since ``window_start``."""
         return self._cpu(children_only=True) - self._w0
@@ -325,6 +329,37 @@ class HostSampler:
         self._stop.set()
         self._thread.join(timeout=5)
         self.peak_rss = max(self.peak_rss, self._rss())
+
+
+class MachineWindow:
+    """What the rest of the machine did during a window: the share of the machine's CPU time its
+    hypervisor took (steal) and the cores that processes other than this one and its children kept
+    busy. A shared 2-core VM is disturbed in bursts: on 2026-11-25 a resident window of a sweep run
+    held 18 steps of 42-59 ms, then 8 of 114-136 ms with nothing of the run's own running beside
+    them. These columns say which windows had company, so that a noisy measurement can be told from
+    a slow configuration.
+
+    Both come from the kernel's counters (``psutil.cpu_times``: /proc/stat, 10 ms ticks), so over a
+    1 s window on 2 cores they resolve about 1%."""
+
+    def __init__(self, own_cpu_s):
+        self._own = own_cpu_s  # () -> CPU seconds of this process and its children
+
+    def start(self):
+        import psutil
+        self._t, self._m, self._o = time.perf_counter(), psutil.cpu_times(), self._own()
+        return self
+
+    def stop(self) -> dict:
+        import psutil
+        m, o, wall = psutil.cpu_times(), self._own(), time.perf_counter() - self._t
+        d = {f: getattr(m, f) - getattr(self._m, f) for f in m._fields}
+        total = sum(d.get(f, 0.0) for f in ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal"))
+        busy = total - d.get("idle", 0.0) - d.get("iowait", 0.0) - d.get("steal", 0.0)
+        return {"steal_frac": d.get("steal", 0.0) / total if total > 0 else float("nan"),
+                # the ticks of the machine and of the process tree are read at slightly different
+                # moments: a window with no company can come out a hair below zero
+                "foreign_cpu_cores": max(0.0, (busy - (o - self._o)) / max(wall, 1e-9))}
 
 
 # -------------------------------------------------------------------------------------------- run
@@ -620,8 +655,14 @@ def run_detailed(cfg: TrainConfig) -> RunResult:
         freeze_heap()  # the model, the compiled step and the imports: out of the loop's collections
         # Grain's workers take turns: the first num_workers batches each come from a worker starting
         # (one more step for a feed whose thread asks for the next batch ahead)
-        fed = measure_window(fed_step, cfg, on_measure_start=sampler.window_start, agree=agree,
+        machine = MachineWindow(sampler.tree_cpu_s)
+
+        def fed_start():
+            sampler.window_start()
+            machine.start()
+        fed = measure_window(fed_step, cfg, on_measure_start=fed_start, agree=agree,
                              agree_every=agree_every, startup_steps=cfg.num_workers + 1 if cfg.num_workers else 0)
+        fed_machine = machine.stop()
         cpu_util = sampler.cpu_util()
         worker_cpu_s = sampler.children_cpu_s()
         if cfg.grain_stats:  # with worker processes this waits up to 2 s per worker for their summaries
@@ -653,7 +694,10 @@ def run_detailed(cfg: TrainConfig) -> RunResult:
             return {"step": n_fed + i, "phase": "resident", "data_wait_s": 0.0, "step_time_s": dt,
                     "compute_s": dt, "loss": loss_v}
 
-        bound = measure_window(resident_step, cfg, agree=agree, agree_every=agree_every)
+        res_machine = MachineWindow(sampler.tree_cpu_s)
+        bound = measure_window(resident_step, cfg, on_measure_start=res_machine.start, agree=agree,
+                               agree_every=agree_every)
+        res_machine = res_machine.stop()
     finally:
         gc.unfreeze()
         if not closed:
@@ -717,6 +761,10 @@ def run_detailed(cfg: TrainConfig) -> RunResult:
         # processes included) per sample consumed: the loader's whole cost, uncontended, when it has workers
         "worker_cpu_s_per_sample": worker_cpu_s / samples if cfg.num_workers > 0 else float("nan"),
         "host_cpu_util": cpu_util,
+        # the machine's company during the fed and the resident windows (MachineWindow)
+        "steal_frac": fed_machine["steal_frac"], "foreign_cpu_cores": fed_machine["foreign_cpu_cores"],
+        "resident_steal_frac": res_machine["steal_frac"],
+        "resident_foreign_cpu_cores": res_machine["foreign_cpu_cores"],
         "peak_rss_bytes": sampler.peak_rss,
         "shm_segments_left": len(shm_segments() - shm_before),
         "device_peak_bytes": dev_stats.get("peak_bytes_in_use", float("nan")),

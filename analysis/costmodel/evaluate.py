@@ -65,6 +65,11 @@ def compare(measured_rows: pd.DataFrame, predicted: pd.DataFrame,
     for c in ("bottleneck", "input_bound", "stall_frac", "stage_to_fix", "extrapolated", "fold"):
         if c in pred:
             out[c] = pred[c].to_numpy()
+    # the machine's company in the fed windows (rows since MachineWindow): the most of any repeat
+    for c in ("steal_frac", "foreign_cpu_cores"):
+        if c in measured_rows:
+            most = measured_rows.assign(config_id=measured_rows.config_id.astype(str)).groupby("config_id")[c].max()
+            out[f"max_{c}"] = most.reindex(out.config_id.astype(str)).to_numpy(float)
     if step_measured_prediction is not None:
         ms = step_measured_prediction.reset_index(drop=True)
         if "config_id" in ms:
@@ -141,14 +146,30 @@ def summary(cmp: pd.DataFrame) -> dict:
     return out
 
 
+#: a measured window's company worth naming in ``reason``: the hypervisor's steal as a share of the CPU,
+#: and the cores other processes kept busy (both a few ticks above the counters' resolution, ~1%)
+STEAL_NOTE = 0.02
+FOREIGN_NOTE = 0.1
+
+
 def reason(row: pd.Series) -> str:
-    """Why a prediction may be off, from what the comparison knows (or '')."""
+    """Why a prediction may be off, from what the comparison knows (or '').
+
+    >>> reason(pd.Series({"measured": 100.0, "measured_lo": 80.0, "measured_hi": 120.0, "max_steal_frac": 0.05,
+    ...                   "max_foreign_cpu_cores": 0.0}))
+    'noisy measurement (interval 40% of the median); the hypervisor took 5% of the CPU in a measured window'
+    """
     why = []
     if isinstance(row.get("extrapolated"), str) and row["extrapolated"]:
         why.append("extrapolated: " + row["extrapolated"])
     lo, hi, m = row.get("measured_lo"), row.get("measured_hi"), row.get("measured")
     if m and np.isfinite(lo) and np.isfinite(hi) and (hi - lo) / m > 0.1:
         why.append(f"noisy measurement (interval {100 * (hi - lo) / m:.0f}% of the median)")
+    steal, other = row.get("max_steal_frac", np.nan), row.get("max_foreign_cpu_cores", np.nan)
+    if np.isfinite(steal) and steal > STEAL_NOTE:
+        why.append(f"the hypervisor took {steal:.0%} of the CPU in a measured window")
+    if np.isfinite(other) and other > FOREIGN_NOTE:
+        why.append(f"other processes kept {other:.2f} cores busy in a measured window")
     sp, pp = row.get("step_part"), row.get("pipeline_part")
     if sp is not None and pp is not None and np.isfinite(sp) and np.isfinite(pp):
         parts = []

@@ -255,6 +255,27 @@ def test_an_error_splits_into_the_step_models_part_and_the_pipelines():
     assert "step_part" not in compare(rows, pred)
 
 
+def test_compare_names_the_company_a_measured_window_had():
+    # one configuration's second repeat ran beside another process and lost CPU to the hypervisor:
+    # its comparison row carries the most of any repeat, and the reason names both; the others none
+    from analysis.costmodel.evaluate import compare, reason
+    rows = synthetic_rows()
+    rows["steal_frac"], rows["foreign_cpu_cores"] = 0.0, 0.0
+    hit = rows.config_id == rows.config_id.iloc[0]
+    rows.loc[hit & (rows.repeat == rows[hit].repeat.max()), ["steal_frac", "foreign_cpu_cores"]] = [0.06, 0.8]
+    meas = costmodel.model.measured_configs(rows)
+    pred = costmodel.predict(_true_model(TRUE), meas)
+    pred["config_id"] = meas.config_id.to_numpy()
+    cmp = compare(rows, pred).set_index("config_id")
+    first = cmp.loc[rows.config_id.iloc[0]]
+    assert (first.max_steal_frac, first.max_foreign_cpu_cores) == (0.06, 0.8)
+    assert "hypervisor took 6%" in reason(first) and "kept 0.80 cores busy" in reason(first)
+    rest = cmp.drop(index=rows.config_id.iloc[0])
+    assert (rest.max_steal_frac == 0).all() and not any("cores busy" in reason(r) for _, r in rest.iterrows())
+    # rows measured before the columns existed: no such columns, no such reason
+    assert "max_steal_frac" not in compare(rows.drop(columns=["steal_frac", "foreign_cpu_cores"]), pred)
+
+
 def test_held_out_predictions_of_noisy_rows_are_within_their_noise():
     rows = synthetic_rows(noise=0.02, seed=1)
     cmp = costmodel.cross_validate(rows, kind="kfold", folds=4)

@@ -96,6 +96,11 @@ def test_run_row_is_complete_and_consistent(data_cache, feed, shm_guard, monkeyp
         assert r[f"{stage}_cpu_s_per_sample"] == pytest.approx(steps[f"c_{stage}"].sum() / samples)
     assert 0 < r.augment_cpu_s_per_sample <= r.augment_s_per_sample * 1.05 + 1e-6
     assert r.num_workers == 0 and np.isnan(r.worker_cpu_s_per_sample)  # no worker processes to measure
+    # the machine's company in each window: shares and cores, never negative
+    for col in ("steal_frac", "resident_steal_frac"):
+        assert 0 <= r[col] < 1, (col, r[col])
+    for col in ("foreign_cpu_cores", "resident_foreign_cpu_cores"):
+        assert 0 <= r[col] <= r.cpu_count, (col, r[col])
     for col in ("platform", "device_kind", "jax_version", "flax_version", "optax_version", "grain_version",
                 "cpu_count", "cpu_model", "cpu_simd", "git_commit", "seed", "compile_s", "peak_rss_bytes",
                 "xla_flops_per_step"):
@@ -347,3 +352,37 @@ def test_time_window_is_honoured_in_a_real_run(data_cache):
     r = train.run(_smoke(data_cache, min_steps=2, min_measure_s=0.4)).iloc[0]
     assert r.measure_s >= 0.4 and r.resident_measure_s >= 0.4
     assert r.steps_measured >= 2 and r.resident_steps_measured >= 2
+
+
+# ------------------------------------------------------------------ the machine's company in a window
+
+def test_machine_window_counts_steal_and_other_processes_not_the_runs_own(monkeypatch):
+    """Over a window of 1 s on 2 cores (2 CPU-seconds): 0.1 s stolen, 0.6 s idle, 1.3 s busy of which
+    this process tree used 0.8 s → 5% steal and 0.5 cores kept busy by others."""
+    from collections import namedtuple
+    T = namedtuple("scputimes", "user nice system idle iowait irq softirq steal guest guest_nice")
+    snaps = iter([T(100.0, 0, 20.0, 500.0, 0, 0, 0, 5.0, 0, 0), T(101.2, 0, 20.1, 500.6, 0, 0, 0, 5.1, 0, 0)])
+    own = iter([3.0, 3.8])
+    clock = iter([10.0, 11.0])
+    monkeypatch.setattr(psutil, "cpu_times", lambda: next(snaps))
+    monkeypatch.setattr(train.time, "perf_counter", lambda: next(clock))
+    got = train.MachineWindow(lambda: next(own)).start().stop()
+    assert got["steal_frac"] == pytest.approx(0.05)
+    assert got["foreign_cpu_cores"] == pytest.approx(0.5)
+
+
+def test_machine_window_sees_a_process_that_is_not_the_runs():
+    # a spinning process reparented away from this one (the shell that started it exits at once)
+    spin = subprocess.Popen(["sh", "-c", "timeout 3 sh -c 'while :; do :; done' >/dev/null 2>&1 &"])
+    spin.wait()
+    try:
+        time.sleep(0.3)
+        me = psutil.Process()
+        w = train.MachineWindow(lambda: sum(p.cpu_times().user + p.cpu_times().system
+                                            for p in [me] + me.children(recursive=True))).start()
+        time.sleep(1.0)
+        got = w.stop()
+    finally:
+        subprocess.run(["pkill", "-f", "while :; do :; done"], check=False)
+    assert got["foreign_cpu_cores"] > 0.5, got
+    assert 0.0 <= got["steal_frac"] < 1.0
