@@ -20,13 +20,15 @@ LATEST_CONSTRAINTS := constraints/latest-py312.txt
 venv: $(STAMP)
 
 # The pinned set is installed by uv (itself pinned, from PyPI), or by pip where uv cannot be had.
-# On the 2-core CPU on 2026-11-25, from an empty venv with empty caches: uv 16 s, pip 51 s (pip spends
-# them on its own CPU). INSTALL_WITH=pip: pip only.
+# On the 2-core CPU on 2026-11-25, from an empty venv with empty caches: uv 26 s, pip 51 s (pip spends
+# them on its own CPU). --compile-bytecode as pip does: these machines set PYTHONDONTWRITEBYTECODE, and
+# without .pyc files every loader worker compiled JAX's sources on import (a worker's first batch took
+# 3.6-4.1 s instead of 1.4-1.5 s, and the demo 10 min 27 s). INSTALL_WITH=pip: pip only.
 UV_VERSION   ?= 0.9.5
 INSTALL_WITH ?= uv
 define install
 	test "$(INSTALL_WITH)" = uv && $(1) -m pip install --quiet uv==$(UV_VERSION) \
-	  && $(1) -m uv pip install --quiet --python $(1) -c $(2) -e '.[dev]' \
+	  && $(1) -m uv pip install --quiet --compile-bytecode --python $(1) -c $(2) -e '.[dev]' \
 	|| { $(1) -m pip install --quiet --upgrade pip && $(1) -m pip install --quiet -c $(2) -e '.[dev]'; }
 endef
 
