@@ -17,6 +17,7 @@ every machine has, split deterministically into train and validation by a hash o
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -85,15 +86,25 @@ class ImageSpec:
         return f"img_n{self.num_samples}_s{self.image_size}_c{self.channels}_k{self.num_classes}_seed{self.seed}"
 
 
+@functools.lru_cache(maxsize=32)
+def _class_pattern(shape: tuple[int, int, int], label: int, num_classes: int) -> np.ndarray:
+    """The smooth pattern of class ``label`` (read-only; the same for every sample of the class).
+    Computed once per class: it was 60% of a 128×128 sample's 1.8 ms on the 2-core CPU, and the
+    rules' memmap file of 5,215 such samples took 18 s to write."""
+    h, w, c = shape
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float32) / max(h, w)
+    phase = 2 * np.pi * label / num_classes
+    base = 0.5 + 0.25 * np.sin(6 * xx + phase)[..., None] + 0.25 * np.cos(5 * yy - phase)[..., None]
+    out = base * np.linspace(0.7, 1.0, c, dtype=np.float32)
+    out.flags.writeable = False
+    return out
+
+
 def synth_sample(spec: ImageSpec, i: int) -> tuple[np.ndarray, int]:
     """Sample ``i``: smooth class-dependent pattern plus noise, so compression and learning mean something."""
     rng = np.random.default_rng([spec.seed, i])
     label = int(rng.integers(spec.num_classes))
-    h, w, c = spec.shape
-    yy, xx = np.mgrid[0:h, 0:w].astype(np.float32) / max(h, w)
-    phase = 2 * np.pi * label / spec.num_classes
-    base = 0.5 + 0.25 * np.sin(6 * xx + phase)[..., None] + 0.25 * np.cos(5 * yy - phase)[..., None]
-    img = base * np.linspace(0.7, 1.0, c, dtype=np.float32) + rng.normal(0, 0.08, (h, w, c)).astype(np.float32)
+    img = _class_pattern(spec.shape, label, spec.num_classes) + rng.normal(0, 0.08, spec.shape).astype(np.float32)
     return np.clip(img * 255, 0, 255).astype(np.uint8), label
 
 
