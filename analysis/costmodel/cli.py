@@ -114,6 +114,10 @@ def _print_parts(s: dict) -> None:
     if "median_interval_width" in s:
         print(f"measured intervals: median width {s['median_interval_width']:.1%} of the median, max "
               f"{s['max_interval_width']:.1%}; {s['n_interval_under_15pct']} of {s['n']} narrower than 15%")
+    if "median_work_spread" in s:
+        print(f"identical work: the stamped augmentation's CPU per sample differed between a configuration's "
+              f"repeats by a median {s['median_work_spread']:.1%}, max {s['max_work_spread']:.1%} (the machine's own "
+              f"steadiness)")
     if "median_abs_step_part" in s:
         print(f"of it, from the step model: median {s['median_abs_step_part']:.1%}, max {s['max_abs_step_part']:.1%}; "
               f"with each step measured (loader, feed, contention): median {s['median_abs_pipeline_part']:.1%}, "

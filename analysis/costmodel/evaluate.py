@@ -65,11 +65,22 @@ def compare(measured_rows: pd.DataFrame, predicted: pd.DataFrame,
     for c in ("bottleneck", "input_bound", "stall_frac", "stage_to_fix", "extrapolated", "fold"):
         if c in pred:
             out[c] = pred[c].to_numpy()
+    ok = measured_rows[measured_rows.status == "ok"] if "status" in measured_rows else measured_rows
+    by = ok.assign(config_id=ok.config_id.astype(str)).groupby("config_id")
+    ids = out.config_id.astype(str)
     # the machine's company in the fed windows (rows since MachineWindow): the most of any repeat
     for c in ("steal_frac", "foreign_cpu_cores"):
-        if c in measured_rows:
-            most = measured_rows.assign(config_id=measured_rows.config_id.astype(str)).groupby("config_id")[c].max()
-            out[f"max_{c}"] = most.reindex(out.config_id.astype(str)).to_numpy(float)
+        if c in ok:
+            out[f"max_{c}"] = by[c].max().reindex(ids).to_numpy(float)
+    # the machine's own steadiness: the stamped augmentation is the same numpy passes over the same
+    # seeded samples in every repeat, so its CPU per sample should not differ between them; where it
+    # does, the machine did the same work at another speed (10-20% between repeats on one 2-core VM of
+    # 2026-11-25, about 2% on another: results/cpu-2core/holdout/README.md, "pair7")
+    if "augment_cpu_s_per_sample" in ok:
+        a = ok.augment_cpu_s_per_sample.where(ok.augment_cpu_s_per_sample > 0)
+        g = a.groupby(ok.config_id.astype(str).to_numpy())
+        spread = (g.max() / g.min() - 1).where(g.count() >= 2)
+        out["work_spread"] = spread.reindex(ids).to_numpy(float)
     if step_measured_prediction is not None:
         ms = step_measured_prediction.reset_index(drop=True)
         if "config_id" in ms:
@@ -119,6 +130,14 @@ def summary(cmp: pd.DataFrame) -> dict:
     >>> s = summary(cmp)
     >>> round(s["median_interval_width"], 3), round(s["max_interval_width"], 3), s["n_interval_under_15pct"]
     (0.1, 0.5, 2)
+
+    With each configuration's spread of identical work between its repeats (``work_spread``, see
+    :func:`compare`), how steady the machine itself was:
+
+    >>> cmp["work_spread"] = [0.02, float("nan"), 0.2]
+    >>> s = summary(cmp)
+    >>> round(s["median_work_spread"], 3), round(s["max_work_spread"], 3)
+    (0.11, 0.2)
     """
     from scipy.stats import kendalltau
     err = np.abs(cmp.rel_error.to_numpy(float))
@@ -137,6 +156,9 @@ def summary(cmp: pd.DataFrame) -> dict:
             out["median_interval_width"] = float(np.nanmedian(width))
             out["max_interval_width"] = float(np.nanmax(width))
             out["n_interval_under_15pct"] = int((width < 0.15).sum())
+    if "work_spread" in cmp and np.isfinite(cmp.work_spread.to_numpy(float)).any():
+        out["median_work_spread"] = float(np.nanmedian(cmp.work_spread.to_numpy(float)))
+        out["max_work_spread"] = float(np.nanmax(cmp.work_spread.to_numpy(float)))
     if "extrapolated" in cmp:
         out["extrapolated"] = int((cmp.extrapolated.astype(str) != "").sum())
     for part in ("step_part", "pipeline_part"):  # the error's split (see compare), when it was made

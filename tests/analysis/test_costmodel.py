@@ -276,6 +276,28 @@ def test_compare_names_the_company_a_measured_window_had():
     assert "max_steal_frac" not in compare(rows.drop(columns=["steal_frac", "foreign_cpu_cores"]), pred)
 
 
+def test_compare_measures_how_steady_the_machine_was_on_identical_work():
+    # the stamped augmentation's CPU per sample: 100 µs in both repeats of every configuration but one,
+    # whose second repeat took 125 µs (25% more for the same work); a failed row's stamp is not read
+    from analysis.costmodel.evaluate import compare, summary
+    rows = synthetic_rows()
+    rows["augment_cpu_s_per_sample"] = 100e-6
+    first = rows.config_id == rows.config_id.iloc[0]
+    rows.loc[first & (rows.repeat == rows[first].repeat.max()), "augment_cpu_s_per_sample"] = 125e-6
+    failed = rows.iloc[[-1]].assign(status="failed", augment_cpu_s_per_sample=900e-6)
+    meas = costmodel.model.measured_configs(rows)
+    pred = costmodel.predict(_true_model(TRUE), meas)
+    pred["config_id"] = meas.config_id.to_numpy()
+    cmp = compare(pd.concat([rows, failed], ignore_index=True), pred).set_index("config_id")
+    assert cmp.loc[rows.config_id.iloc[0], "work_spread"] == pytest.approx(0.25)
+    assert (cmp.drop(index=rows.config_id.iloc[0]).work_spread == 0).all()
+    s = summary(cmp.reset_index())
+    assert s["median_work_spread"] == 0 and s["max_work_spread"] == pytest.approx(0.25)
+    # one repeat per configuration: no spread to speak of
+    one = rows[rows.repeat == rows.repeat.min()]
+    assert np.isnan(compare(one, pred).work_spread).all() and "median_work_spread" not in summary(compare(one, pred))
+
+
 def test_held_out_predictions_of_noisy_rows_are_within_their_noise():
     rows = synthetic_rows(noise=0.02, seed=1)
     cmp = costmodel.cross_validate(rows, kind="kfold", folds=4)
