@@ -336,8 +336,11 @@ class MachineWindow:
     hypervisor took (steal) and the cores that processes other than this one and its children kept
     busy. A shared 2-core VM is disturbed in bursts: on 2026-11-25 a resident window of a sweep run
     held 18 steps of 42-59 ms, then 8 of 114-136 ms with nothing of the run's own running beside
-    them. These columns say which windows had company, so that a noisy measurement can be told from
-    a slow configuration.
+    them. These columns say which windows had company, so that a disturbed measurement can be told
+    from a slow configuration. (On that VM most bursts had none: the same work itself took 10-20%
+    more or less CPU time from one window to the next; see ``analysis.costmodel.evaluate.compare``'s
+    ``work_spread``.) With several processes (``num_processes``), the run's other processes are not
+    this one's children and count as company.
 
     Both come from the kernel's counters (``psutil.cpu_times``: /proc/stat, 10 ms ticks), so over a
     1 s window on 2 cores they resolve about 1%."""
@@ -653,13 +656,13 @@ def run_detailed(cfg: TrainConfig) -> RunResult:
                     "compute_s": t2 - t1, "loss": loss_v, **times}
 
         freeze_heap()  # the model, the compiled step and the imports: out of the loop's collections
-        # Grain's workers take turns: the first num_workers batches each come from a worker starting
-        # (one more step for a feed whose thread asks for the next batch ahead)
         machine = MachineWindow(sampler.tree_cpu_s)
 
         def fed_start():
             sampler.window_start()
             machine.start()
+        # Grain's workers take turns: the first num_workers batches each come from a worker starting
+        # (one more step for a feed whose thread asks for the next batch ahead)
         fed = measure_window(fed_step, cfg, on_measure_start=fed_start, agree=agree,
                              agree_every=agree_every, startup_steps=cfg.num_workers + 1 if cfg.num_workers else 0)
         fed_machine = machine.stop()
