@@ -66,7 +66,8 @@ def compare(measured_rows: pd.DataFrame, predicted: pd.DataFrame,
         if c in pred:
             out[c] = pred[c].to_numpy()
     ok = measured_rows[measured_rows.status == "ok"] if "status" in measured_rows else measured_rows
-    by = ok.assign(config_id=ok.config_id.astype(str)).groupby("config_id")
+    ok = ok.assign(config_id=ok.config_id.astype(str))
+    by = ok.groupby("config_id")
     ids = out.config_id.astype(str)
     # the machine's company in the fed windows (rows since MachineWindow): the most of any repeat
     for c in ("steal_frac", "foreign_cpu_cores"):
@@ -77,8 +78,7 @@ def compare(measured_rows: pd.DataFrame, predicted: pd.DataFrame,
     # does, the machine did the same work at another speed (10-20% between repeats on one 2-core VM of
     # 2026-11-25, about 2% on another: results/cpu-2core/holdout/README.md, "pair7")
     if "augment_cpu_s_per_sample" in ok:
-        a = ok.augment_cpu_s_per_sample.where(ok.augment_cpu_s_per_sample > 0)
-        g = a.groupby(ok.config_id.astype(str).to_numpy())
+        g = ok.augment_cpu_s_per_sample.where(ok.augment_cpu_s_per_sample > 0).groupby(ok.config_id)
         spread = (g.max() / g.min() - 1).where(g.count() >= 2)
         out["work_spread"] = spread.reindex(ids).to_numpy(float)
     if step_measured_prediction is not None:

@@ -373,8 +373,9 @@ def test_machine_window_counts_steal_and_other_processes_not_the_runs_own(monkey
 
 def test_machine_window_sees_a_process_that_is_not_the_runs():
     # a spinning process reparented away from this one (the shell that started it exits at once)
-    spin = subprocess.Popen(["sh", "-c", "timeout 3 sh -c 'while :; do :; done' >/dev/null 2>&1 &"])
-    spin.wait()
+    started = subprocess.run(["sh", "-c", "timeout 3 sh -c 'while :; do :; done' >/dev/null 2>&1 & echo $!"],
+                             capture_output=True, text=True, check=True)
+    spinner = int(started.stdout)  # timeout's pid: it passes a SIGTERM on to the loop
     try:
         time.sleep(0.3)
         me = psutil.Process()
@@ -383,6 +384,9 @@ def test_machine_window_sees_a_process_that_is_not_the_runs():
         time.sleep(1.0)
         got = w.stop()
     finally:
-        subprocess.run(["pkill", "-f", "while :; do :; done"], check=False)
+        try:
+            os.kill(spinner, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
     assert got["foreign_cpu_cores"] > 0.5, got
     assert 0.0 <= got["steal_frac"] < 1.0
