@@ -101,6 +101,17 @@ def test_fit_recovers_the_parameters_that_made_the_rows():
     assert t.loc["sample_base_s", "lo"] <= t.loc["sample_base_s", "value"] <= t.loc["sample_base_s", "hi"]
 
 
+def test_a_fit_whose_best_start_did_not_converge_says_so(monkeypatch):
+    import warnings
+    from analysis.costmodel import model as cm
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        cm.fit(synthetic_rows())  # converges under the default cap: no warning
+    monkeypatch.setattr(cm, "LSQ_MAX_NFEV", 2)
+    with pytest.warns(RuntimeWarning, match="stopped at 2 evaluations before converging"):
+        cm.fit(synthetic_rows())
+
+
 def test_cpu_stamps_calibrate_the_stages_apart_from_the_loader_overhead():
     # Without stamps the stamped stages' own fixed and per-pixel parts cannot be told from the rest
     # of the loader's (the fit holds them at 0); with them, both are recovered.
