@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import os
 import signal
 import shutil
 import sys
@@ -214,6 +215,27 @@ PRELOAD = ["numpy", "pandas", "jax", "jax.numpy", "flax.nnx", "optax", "grain", 
            "experiments.train", "experiments.feed", "experiments.loader", "experiments.runone"]
 
 
+#: a sweep's temporary folder (its runs' files and the shared compilation cache) is
+#: ``<tempdir>/memsim-sweep-<pid>-<random>``, <pid> the sweep's own process
+TMP_PREFIX = "memsim-sweep-"
+
+
+def remove_stale_dirs(tmp_root: str | None = None) -> list[str]:
+    """Removes the temporary folders of sweeps whose process is gone: a sweep killed by SIGKILL (or
+    the OOM killer) cannot remove its own, and each left one its runs' files and compiled steps
+    (about 0.2-2 MB). A folder whose process still runs is kept, as is one whose name has no pid.
+    Returns the removed paths."""
+    import psutil
+    removed = []
+    for d in Path(tmp_root or tempfile.gettempdir()).glob(f"{TMP_PREFIX}*"):
+        pid = d.name[len(TMP_PREFIX):].split("-", 1)[0]
+        if not (pid.isdigit() and d.is_dir()) or psutil.pid_exists(int(pid)):
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        removed.append(str(d))
+    return removed
+
+
 class Runner:
     """Runs each configuration in a child process of its own, forked from a fork server that has
     already imported JAX, Flax, optax and Grain (``multiprocessing``'s forkserver; no JAX backend is
@@ -228,7 +250,8 @@ class Runner:
         import multiprocessing as mp
         self._ctx = mp.get_context("forkserver")
         self._ctx.set_forkserver_preload(PRELOAD)
-        self._tmp = tempfile.TemporaryDirectory(prefix="memsim-sweep-")
+        remove_stale_dirs()
+        self._tmp = tempfile.TemporaryDirectory(prefix=f"{TMP_PREFIX}{os.getpid()}-")
         self.compile_cache = str(Path(self._tmp.name) / "xla-cache")
         self._n = 0
 

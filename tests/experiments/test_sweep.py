@@ -5,6 +5,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import pandas as pd
 import psutil
@@ -65,6 +66,9 @@ def test_interrupted_sweep_keeps_rows_and_resumes_without_duplicates(tmp_path, d
             break
         time.sleep(0.25)
     assert not alive, f"processes left running after {sig.name}: {alive}"
+    # its temporary folder: removed by the interrupted sweep itself, or by the next sweep when it was killed
+    left = list(Path(tempfile.gettempdir()).glob(f"{sweep.TMP_PREFIX}{proc.pid}-*"))
+    assert len(left) == (1 if sig == signal.SIGKILL else 0), left
     before = results.read_csv_rows(rows_csv)
     assert 2 <= len(before) < 3 and (before.status == "ok").all() and before.samples_per_s.notna().all()
     # rerun with the same id: finishes the rest, no duplicates
@@ -73,6 +77,7 @@ def test_interrupted_sweep_keeps_rows_and_resumes_without_duplicates(tmp_path, d
     assert p.returncode == 0, p.stderr[-2000:]
     after = results.read_csv_rows(rows_csv)
     assert len(after) == 3 and after.config_id.is_unique
+    assert not any(d.exists() for d in left)
     pd.testing.assert_frame_equal(after.iloc[: len(before)], before)
 
 
@@ -314,3 +319,15 @@ def test_rss_stays_flat_over_12_configurations_with_workers(tmp_path, data_cache
     growth = max(rss[6:]) / base - 1
     assert growth < 0.10, f"RSS grew {growth:.1%} over the sweep: {[r >> 20 for r in rss]} MiB"
     assert not [c for c in me.children() if "resource_tracker" not in " ".join(c.cmdline())], "workers left running"
+
+
+def test_stale_sweep_folders_are_removed_and_live_ones_kept(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tmp_path / f"{sweep.TMP_PREFIX}{dead.pid}-abc"
+    live = tmp_path / f"{sweep.TMP_PREFIX}{os.getpid()}-def"
+    other = tmp_path / f"{sweep.TMP_PREFIX}nopid"
+    for d in (stale, live, other):
+        (d / "xla-cache").mkdir(parents=True)
+    assert sweep.remove_stale_dirs(str(tmp_path)) == [str(stale)]
+    assert not stale.exists() and live.exists() and other.exists()
