@@ -80,7 +80,7 @@ per-element work, batching and the batch's copy into shared memory run there, an
 of 2026-11-25 a worker's CPU per sample outside the stamped stages was 53–65 µs at batch 128 and
 16×16 images, 84 µs at batch 64 and 120 µs at batch 32 and 48×48. When every row with workers carries
 ``worker_cpu_s_per_sample`` (all CPU seconds of the worker processes per sample), a worker's ``x``
-is ``g + w₀ + w_B / B + w_px · px + w_a · a``, fitted on those rows' worker CPU alone after ``g``
+is ``g + w₀ + w_B / B + w_px · px`` (a per-pass ``w_a · a`` until version 8), fitted on those rows' worker CPU alone after ``g``
 (``worker_*`` parameters), and ``x₀``, ``x_px`` describe the loader in the main process. Measured
 on the 2-core CPU, 5-fold cross-validation of a quick study and the model fitted on it predicting
 ``results/cpu-2core/holdout/second``, median / max / τ, without the worker terms → with them:
@@ -129,6 +129,40 @@ on the three studies and not kept: it was poorly identified (on the committed st
 interval 0.2 µs to 2 ms), and with the stage probe it raised the median of the 06:34 study's
 cross-validation from 10.8% to 13.1%.
 
+**Version 8: the stages where they run, and at each image size.** Three changes, each on what the
+rows and the stage probe measured:
+
+- *The stages cost more in the main process.* With ``num_workers = 0`` the stamped stages run
+  beside the step's threads and their thread CPU time is higher than the same stages' in a worker:
+  on every one of sixteen committed studies and second sweeps with both (2026-11-25, three CPU
+  models), a worker's stamps were 0.74–1.05× the main process's at the same source, image size and
+  augmentation (median 0.90; 0.87 on the Intel Xeon of ``holdout/pair8``). ``stage_main_scale``
+  multiplies the stages for ``num_workers = 0`` (fitted on the rows' stamps when they have both).
+- *The stages are not linear in the pixels.* On ``pair8``'s stage probe (27 combinations) the
+  linear form put every 32×32 combination 3–14% under its measured CPU and most 16×16 and 48×48
+  ones 1–12% over. ``stage_size_factor_<size>`` multiplies the stages alone at each image size the
+  stage probe measured between its smallest and largest (those two are the reference, 1), linear
+  in the pixels between sizes (:func:`size_factor`).
+- *A worker's CPU outside the stages has no per-pass term* (``worker_pass_s`` is gone): nothing a
+  worker does outside the stamped stages repeats per augmentation pass, and the term took up what
+  the runs where the step, not the loader, was the bottleneck spent idling (197–228 µs per sample
+  against 112–139 where the workers were; ``pair8/study``). In a fold of ``pair8``'s
+  cross-validation that held out two of its three one-worker runs it put the outside part at 29 µs
+  per sample (a per-batch 3.7 ms over 128 samples, the fixed part at its bound) where the held-out
+  run spent 113: predicted 56% too fast.
+
+Eight studies (``results/cpu-2core/holdout``: the committed one, ``pair2``–``pair8``), 5-fold
+cross-validation and each study's model predicting its own second sweep, the median over the eight
+of median / max |error| and τ, version 7 → 8: cv 9.0 / 42.7% / 0.76 → 8.0 / 37.7% / 0.76, compare
+9.7 / 27.2% / 0.73 → 7.4 / 25.1% / 0.77. On the three whose machines were steady (the same stamped
+work within 2–4% between repeats: the committed study, ``pair2``, ``pair8``) the medians fell on
+all six checks (cv 3.8 → 3.1, 5.8 → 4.1, 9.9 → 7.6%; compare 5.2 → 3.8, 9.6 → 7.0, 9.2 → 5.0%);
+on the noisy AMD studies they moved both ways (``pair4``'s compare 19.9 → 24.1%, ``pair7``'s
+11.4 → 7.8%). Of the three changes alone: the main-process factor alone moved the eight medians
+by +1.0 (cv) and −0.7 points (compare), the size factors with it by +0.7 and −1.5, the worker
+form with both by −1.0 and −2.3. (A κ per model family, tried on top, raised the cv median to
+9.2% and its maximum to 44.2%; not kept.)
+
 Standard errors come from a central-difference Jacobian at the optimum, lmfit-style. ``predict`` maps each
 configuration onto a :class:`memsim.pipeline.PipelineConfig` whose stage times are the contended
 ones above (the workers as the transform stage, the step and main-thread work as compute, the copy
@@ -153,11 +187,13 @@ from analysis.costmodel.features import (CATEGORICAL_KNOBS, FAMILIES, NUMERIC_KN
                                          knob_frame)
 
 FORMAT = "memsim-costmodel"
-VERSION = 7  # 2: the augmentation pass's fixed part (augment_pass_base_s); 3: stage_base_s, stage_pixel_s;
+VERSION = 8  # 2: the augmentation pass's fixed part (augment_pass_base_s); 3: stage_base_s, stage_pixel_s;
 # 4: the worker process's own terms (worker_base_s, worker_batch_s, worker_pixel_s, worker_pass_s);
 # 5: the stage probe's terms (decode_pixel_s, stage_scale, stage_offset_s); 6: the step's cost per
 # parameter and micro-batch per cell (weight_pass_s_<family>_<precision>); 7: contention fitted on the
-# runs' contended step and main-process CPU, ν per model family (step_cores_<family>), u = L/T uncapped
+# runs' contended step and main-process CPU, ν per model family (step_cores_<family>), u = L/T uncapped;
+# 8: the stages' factor per image size (stage_size_factor_<size>) and in the main process (stage_main_scale),
+# worker_pass_s dropped
 SOURCES = ("ram", "memmap", "arrayrecord")
 PRECISIONS = ("fp32", "bf16")
 REF_PIXELS = 32 * 32 * 3
@@ -176,7 +212,7 @@ STAGE_PARAMS = ("stage_base_s", "stage_pixel_s", "augment_pass_base_s", "augment
 STAGE_PROBE_PARAMS = ("decode_pixel_s", "stage_scale", "stage_offset_s")
 #: a worker process's CPU per sample outside the stamped stages (Grain, batching, the batch's copy to
 #: shared memory): fitted on the rows' worker CPU when they have it
-WORKER_PARAMS = ("worker_base_s", "worker_batch_s", "worker_pixel_s", "worker_pass_s")
+WORKER_PARAMS = ("worker_base_s", "worker_batch_s", "worker_pixel_s")
 LOADER_PARAMS = ("sample_base_s", "pixel_s", "augment_pass_base_s", "augment_pass_s", "read_memmap_s",
                  "read_arrayrecord_s", "stage_base_s", "stage_pixel_s",
                  "batch_overhead_s", "main_overlap_loss", "step_straggler")
@@ -188,8 +224,8 @@ _BOUNDS = {
     "stage_base_s": (1e-7, 1e-1, 2e-5), "stage_pixel_s": (1e-9, 1e-1, 5e-6),
     "augment_pass_base_s": (1e-9, 1e-1, 5e-5),
     "decode_pixel_s": (1e-10, 1e-1, 1e-5), "stage_scale": (0.2, 5.0, 1.2), "stage_offset_s": (1e-9, 1e-2, 1e-5),
+    "stage_main_scale": (0.2, 5.0, 1.0),
     "worker_base_s": (1e-8, 1e-1, 3e-5), "worker_batch_s": (1e-8, 1.0, 1e-3), "worker_pixel_s": (1e-9, 1e-1, 1e-5),
-    "worker_pass_s": (1e-9, 1e-1, 1e-5),
     "read_memmap_s": (1e-9, 1e-1, 1e-5), "read_arrayrecord_s": (1e-9, 1e-1, 1e-5),
     "batch_overhead_s": (1e-6, 1.0, 3e-3), "main_overlap_loss": (1e-3, 1.5, 0.3),
     "step_straggler": (1e-3, 3.0, 0.5), "step_cores": (0.1, 64.0, 1.0),
@@ -210,12 +246,12 @@ DESCRIPTION = {
     "worker_base_s": "worker process CPU per sample outside the stamped stages, fixed part (s)",
     "worker_batch_s": "worker process CPU per batch outside the stamped stages (batching, the copy out) (s)",
     "worker_pixel_s": "worker process CPU per sample outside the stamped stages per 32×32×3 image bytes (s)",
-    "worker_pass_s": "worker process CPU per sample outside the stamped stages per augmentation pass (s)",
     "read_memmap_s": "extra CPU per record read from a memory-mapped file (s)",
     "read_arrayrecord_s": "extra CPU per record read and decoded from ArrayRecord (s)",
     "decode_pixel_s": "ArrayRecord decode CPU per sample per 32×32×3 image bytes (s)",
     "stage_scale": "stamped stages' CPU inside the pipeline per CPU of the same stages alone",
     "stage_offset_s": "stamped stages' CPU inside the pipeline beyond the scaled stages alone, per sample (s)",
+    "stage_main_scale": "stamped stages' CPU in the main process (num_workers=0) per CPU of the same stages in a worker",
     "batch_overhead_s": "main-thread work per batch: iterator, batching, dispatch (s)",
     "main_overlap_loss": "share of the shorter of loader/step not overlapped without workers",
     "step_straggler": "step slow-down per unit of worker activity (κ)",
@@ -224,6 +260,9 @@ DESCRIPTION = {
 
 
 def _describe(name: str) -> str:
+    if name.startswith("stage_size_factor_"):
+        return (f"stages' CPU at {name[len('stage_size_factor_'):]}-pixel images per the linear form's "
+                f"(1 at the stage probe's smallest and largest size)")
     if name.startswith("step_cores_"):
         return (f"main-process cores per second of the {name[len('step_cores_'):]} step beside the loader (ν): "
                 f"the step's threads, spinning included")
@@ -380,7 +419,7 @@ def worker_time(p: dict, kf: pd.DataFrame) -> np.ndarray:
     px = np.asarray(kf.pixels) / REF_PIXELS
     a = np.asarray(kf.augment_cost, float)
     return (stage_time(p, kf) + p["worker_base_s"] + p["worker_batch_s"] / np.asarray(kf.batch_size, float)
-            + p["worker_pixel_s"] * px + p["worker_pass_s"] * a)
+            + p["worker_pixel_s"] * px)
 
 
 def stage_alone_time(p: dict, kf: pd.DataFrame) -> np.ndarray:
@@ -391,15 +430,39 @@ def stage_alone_time(p: dict, kf: pd.DataFrame) -> np.ndarray:
     src = np.asarray(kf.source)
     read = np.where(src == "memmap", p["read_memmap_s"],
                     np.where(src == "arrayrecord", p["read_arrayrecord_s"] + p.get("decode_pixel_s", 0.0) * px, 0.0))
-    return (p.get("stage_base_s", 0.0) + p.get("stage_pixel_s", 0.0) * px
-            + a * (p["augment_pass_base_s"] + p["augment_pass_s"] * px) + read)
+    return size_factor(p, px) * (p.get("stage_base_s", 0.0) + p.get("stage_pixel_s", 0.0) * px
+                                 + a * (p["augment_pass_base_s"] + p["augment_pass_s"] * px) + read)
+
+
+def size_factor_name(image_size: int) -> str:
+    return f"stage_size_factor_{int(image_size)}"
+
+
+def size_factor(p: dict, px: np.ndarray) -> np.ndarray:
+    """The stages' factor at each image size (``stage_size_factor_<size>``): 1 at the smallest and the
+    largest size the stage probe measured, fitted at each size between them, and linear in the pixels
+    between measured sizes (1 outside them: extrapolation, flagged by the calibrated range). The
+    stages are not linear in the pixels: on the stage probe of a quick study on the 2-core Intel Xeon
+    (family 6, model 207) of 2026-11-25 the linear form put every 32×32 combination of source and
+    augmentation 3–14% below its measured CPU and the 16×16 and 48×48 ones 1–12% above it; a model
+    without these factors has none (1 everywhere)."""
+    knots = sorted((int(k[len("stage_size_factor_"):]), v) for k, v in p.items() if k.startswith("stage_size_factor_"))
+    if len(knots) < 3:
+        return np.ones_like(np.asarray(px, float))
+    kpx = np.array([k * k * 3 for k, _ in knots], float) / REF_PIXELS
+    return np.interp(np.asarray(px, float), kpx, np.array([v for _, v in knots], float))
 
 
 def stage_time(p: dict, kf: pd.DataFrame) -> np.ndarray:
     """CPU seconds per sample of the stages the loader stamps (read, decode, augmentation), inside the
     pipeline: the stages alone scaled and offset (``stage_scale``, ``stage_offset_s``: fitted when
-    the study has a stage probe, else 1 and 0)."""
-    return p.get("stage_scale", 1.0) * stage_alone_time(p, kf) + p.get("stage_offset_s", 0.0)
+    the study has a stage probe, else 1 and 0), and in the main process (``num_workers = 0``, beside
+    the step's threads) times ``stage_main_scale`` (fitted when the rows stamp the stages both in
+    the main process and in workers, else 1)."""
+    g = p.get("stage_scale", 1.0) * stage_alone_time(p, kf) + p.get("stage_offset_s", 0.0)
+    if "stage_main_scale" not in p:
+        return g
+    return g * np.where(np.asarray(kf.num_workers) == 0, p["stage_main_scale"], 1.0)
 
 
 def transfer_time(transfer: dict, kf: pd.DataFrame) -> np.ndarray:
@@ -622,6 +685,8 @@ def _lsq(residual, names: list, fixed: dict):
 
 
 def _bounds(name: str) -> tuple[float, float, float]:
+    if name.startswith("stage_size_factor_"):
+        return (0.2, 5.0, 1.0)
     if name.startswith("step_cores_"):
         return _BOUNDS["step_cores"]
     if name.startswith("accum_loop_"):
@@ -760,18 +825,27 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
     gp = _stage_probe_rows(stage_probe)
     if np.all(np.isfinite(cpu_st) & (cpu_st > 0)):
         stage_names = [k for k in STAGE_PARAMS if k not in fixed]
+        if (nw == 0).any() and (nw >= 1).any():
+            stage_names.append("stage_main_scale")
         if gp is None:
             def stage_resid(q):
                 return np.log(stage_time(q, cols) / cpu_st)
         else:
             gcols, g_meas = columns(knob_frame(gp)), gp.cpu_stamped_s_per_sample.to_numpy(float)
             stage_names += list(STAGE_PROBE_PARAMS)
+            sizes = sorted({int(v) for v in gp.image_size})
+            if len(sizes) >= 3:  # the extremes are the reference (1), the sizes between them fitted
+                for sz in (sizes[0], sizes[-1]):
+                    fixed[size_factor_name(sz)] = 1.0
+                    notes[size_factor_name(sz)] = "smallest/largest image size of the stage probe: the reference"
+                stage_names += [size_factor_name(sz) for sz in sizes[1:-1]]
 
             def stage_resid(q):
                 return np.concatenate([np.log(stage_time(q, cols) / cpu_st),
                                        np.log(stage_alone_time(q, gcols) / g_meas)])
         gv, gse, gres, gfree = _lsq(stage_resid, stage_names, fixed)
         p.update(dict(zip(stage_names, gv)))
+        p.update({k: v for k, v in fixed.items() if k.startswith("stage_size_factor_")})
         stage_recs = list(zip(stage_names, gv, gse, gfree))
         names = [k for k in names if k not in STAGE_PARAMS]
         use_stamp = np.zeros(n, bool)  # the CPU stamps replace the wall-time ones
@@ -838,7 +912,7 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
                      "description": DESCRIPTION.get(nm, _describe(nm))})
     for nm, v in fixed.items():
         recs.append({"param": nm, "value": float(v), "stderr": math.nan, "lo": math.nan, "hi": math.nan,
-                     "fixed": True, "note": notes[nm], "description": DESCRIPTION[nm]})
+                     "fixed": True, "note": notes[nm], "description": DESCRIPTION.get(nm, _describe(nm))})
     table = pd.DataFrame(recs)
     T_fit = cycle(p, step_time(p, kf), B * sample_time(p, kf), tr, nw, cores, family=fam)["T"]
     y, yhat = np.log(B / T_meas), np.log(B / T_fit)
@@ -969,6 +1043,8 @@ def components(model: CostModel, configs: pd.DataFrame, hierarchy: str | None = 
         q = {**p, "step_overhead_s": DEVICE_STEP_OVERHEAD_S, "update_s_per_param": 0.0}
         S = step_time(q, kf, _device_rates(hierarchy, kf), _device_weights(hierarchy, kf))
         on_host = False
+        # the main process's stages no longer share the cores with the step's threads
+        p = {**p, "stage_main_scale": 1.0} if "stage_main_scale" in p else p
     else:
         S = step_time(p, kf, _cell_terms(model, kf, flop_rate_name), _cell_terms(model, kf, weight_pass_name))
         on_host = True

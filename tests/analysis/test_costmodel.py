@@ -131,10 +131,10 @@ def test_worker_cpu_calibrates_the_workers_apart_from_the_main_process_loader():
     # A worker process's CPU per sample has its own terms (a per-batch part among them), fitted on the
     # rows' worker CPU; the main process's loader (num_workers=0) keeps sample_base_s and pixel_s
     true = {**TRUE, "stage_base_s": 3e-5, "stage_pixel_s": 1e-5, "worker_base_s": 2e-5, "worker_batch_s": 2e-3,
-            "worker_pixel_s": 2.5e-5, "worker_pass_s": 1.3e-5}
+            "worker_pixel_s": 2.5e-5}
     rows = synthetic_rows(params=true, cpu_stamps=True, worker_cpu=True)
     model = costmodel.fit(rows)
-    for k in ("worker_base_s", "worker_batch_s", "worker_pixel_s", "worker_pass_s", "sample_base_s", "pixel_s",
+    for k in ("worker_base_s", "worker_batch_s", "worker_pixel_s", "sample_base_s", "pixel_s",
               "step_straggler", "batch_overhead_s"):
         assert model.params[k] == pytest.approx(true[k], rel=0.05), k
     assert model.stats["worker_rms_log_residual"] < 1e-6 and model.stats["median_abs_rel_error"] < 1e-3
@@ -184,6 +184,34 @@ def test_the_stage_probe_gives_the_stages_shape_and_the_rows_how_the_pipeline_in
         costmodel.fit(rows, stage_probe=sp.drop(columns="augment_cpu_s_per_sample"))
 
 
+def test_the_stages_cost_more_in_the_main_process_and_are_not_linear_in_the_pixels():
+    # The rows stamp the stages both beside the step (num_workers=0) and in workers: the fit recovers
+    # the main process's factor; the stage probe's three image sizes identify the factor at the middle
+    # one (the smallest and largest are the reference), and sizes between are interpolated in pixels
+    from analysis.costmodel.model import size_factor
+    true = {**TRUE, "stage_base_s": 2e-5, "stage_pixel_s": 4e-6, "decode_pixel_s": 1.5e-5, "stage_scale": 1.2,
+            "stage_offset_s": 1.2e-5, "stage_main_scale": 1.1, "stage_size_factor_16": 1.0,
+            "stage_size_factor_32": 1.15, "stage_size_factor_48": 1.0}
+    rows = synthetic_rows(params=true, cpu_stamps=True)
+    model = costmodel.fit(rows, stage_probe=synthetic_stage_probe(true))
+    for k in ("stage_main_scale", "stage_size_factor_32", "stage_scale", "stage_base_s", "augment_pass_s"):
+        assert model.params[k] == pytest.approx(true[k], rel=0.02), k
+    t = model.table.set_index("param")
+    assert t.loc["stage_size_factor_16", "fixed"] and t.loc["stage_size_factor_48", "fixed"]
+    kf = features.knob_frame(rows.drop_duplicates("config_id"))
+    main = kf.num_workers.to_numpy() == 0
+    assert main.any() and (~main).any()
+    g = stage_time(model.params, kf)
+    np.testing.assert_allclose(g[main], stage_time({**true, "stage_main_scale": 1.0}, kf)[main] * 1.1, rtol=0.02)
+    np.testing.assert_allclose(g[~main], stage_time(true, kf)[~main], rtol=0.02)
+    # between the knots the factor is linear in the pixels; outside them, 1
+    px = np.array([16 * 16, 24 * 24, 32 * 32, 64 * 64], float) * 3 / (32 * 32 * 3)
+    np.testing.assert_allclose(size_factor(true, px), [1.0, 1 + 0.15 * (576 - 256) / (1024 - 256), 1.15, 1.0])
+    assert np.all(size_factor({"stage_size_factor_32": 1.3}, px) == 1.0)  # one knot: no factor
+    # rows without workers (or without any in the main process) have no main-process factor
+    assert "stage_main_scale" not in costmodel.fit(rows[rows.num_workers >= 1]).params
+
+
 def test_cycle_solves_its_fixed_point():
     """T = max(S(1 + κL/T) + o, L/num_workers, (L + ν[family]S + o + tr)/cores) holds at the
     returned T, over random terms that put each of the three bounds in charge somewhere."""
@@ -215,7 +243,7 @@ def test_the_runs_contention_measurements_identify_each_familys_cores_and_the_st
     # Rows that carry what a run measures of the contention (the step beside the loader, the main
     # process's CPU): the fit recovers κ and each family's ν, and matches both observables
     true = {**TRUE, "stage_base_s": 3e-5, "stage_pixel_s": 1e-5, "worker_base_s": 2e-5, "worker_batch_s": 2e-3,
-            "worker_pixel_s": 2.5e-5, "worker_pass_s": 1.3e-5}
+            "worker_pixel_s": 2.5e-5}
     rows = synthetic_rows(params=true, cpu_stamps=True, worker_cpu=True, contention=True)
     model = costmodel.fit(rows)
     for k in ("step_straggler", "step_cores_mlp", "step_cores_cnn", "batch_overhead_s"):
