@@ -48,14 +48,48 @@ _LAWS = {
 }
 
 
+#: the largest log a float64 exponential holds; a coefficient whose log is beyond it is infinite
+_LOG_MAX = float(np.log(np.finfo(np.float64).max))
+#: resample estimates beyond this magnitude make their standard deviation meaningless (its squares
+#: overflow float64 past 1e154): such a parameter's stderr is reported as infinite
+_STD_LIMIT = 1e150
+
+
+def _exp(x: np.ndarray) -> np.ndarray:
+    """exp(x), infinite where x is beyond float64's range: a bootstrap resample of the quick scaling
+    run's 15 points can send a coefficient's log past 709 (a law with one term absent), and that
+    estimate is infinite, said so, not an overflow warning."""
+    x = np.asarray(x, np.float64)
+    return np.where(x > _LOG_MAX, np.inf, np.exp(np.minimum(x, _LOG_MAX)))
+
+
 def _natural(law: str, raw: np.ndarray) -> np.ndarray:
     """Raw (c_1, α_1, ..., e) -> the law's parameters in its natural order and units."""
     raw = np.asarray(raw, np.float64)
     if law == "power_law":
         c, alpha, e = raw[..., 0], raw[..., 1], raw[..., 2]
-        return np.stack([np.exp(e), np.exp(c), alpha], axis=-1)
+        return np.stack([_exp(e), _exp(c), alpha], axis=-1)
     a, alpha, b, beta, e = (raw[..., i] for i in range(5))
-    return np.stack([np.exp(e), np.exp(a), np.exp(b), alpha, beta], axis=-1)
+    return np.stack([_exp(e), _exp(a), _exp(b), alpha, beta], axis=-1)
+
+
+def resample_std(samples: np.ndarray) -> tuple[np.ndarray, int]:
+    """Per column, the standard deviation (ddof=1) of resampled estimates, and how many resamples
+    diverged (some estimate infinite or beyond ``_STD_LIMIT``). A column with a diverged resample
+    has no meaningful standard deviation: its stderr is ``inf``.
+
+    Example:
+        >>> std, n = resample_std(np.array([[1.0, 2.0], [3.0, 1e200], [5.0, 3.0]]))
+        >>> std.tolist(), n
+        ([2.0, inf], 1)
+    """
+    samples = np.asarray(samples, np.float64)
+    bad = ~np.isfinite(samples) | (np.abs(samples) > _STD_LIMIT)
+    std = np.full(samples.shape[1], np.inf)
+    ok = ~bad.any(axis=0)
+    if ok.any():
+        std[ok] = samples[:, ok].std(axis=0, ddof=1)
+    return std, int(bad.any(axis=1).sum())
 
 
 def _predict_log(raw: np.ndarray, log_x: np.ndarray) -> np.ndarray:
@@ -190,8 +224,17 @@ class ScalingFit:
         return (
             f"{n_boot} bootstrap resamples of rows (seed {self.options.get('seed')}), each refitted from all "
             f"{int(self.stats.iloc[0]['n_starts'])} starts; stderr = resample std, "
-            f"{ci:.0%} percentile intervals"
+            f"{ci:.0%} percentile intervals{self.diverged_note()}"
         )
+
+    def diverged_note(self) -> str:
+        """How many bootstrap resamples diverged, as a clause to append ("" when none did)."""
+        v = self.stats.iloc[0].get("n_bootstrap_diverged", 0)
+        n = int(v) if pd.notna(v) else 0
+        if not n:
+            return ""
+        return (f"; {n} resample(s) diverged (an estimate infinite or beyond {_STD_LIMIT:.0e}): those "
+                f"parameters' stderr is inf, and their intervals include the diverged estimates")
 
     def __str__(self) -> str:
         return self.report()
@@ -473,11 +516,12 @@ def bootstrap(
     samples["n_at_best"] = res.n_at_best
     lo, hi = np.percentile(samples[names].to_numpy(), [50 * (1 - ci), 50 * (1 + ci)], axis=0)
     params = fit.params.copy()
-    params["stderr"] = samples[names].std(ddof=1).to_numpy()
+    params["stderr"], diverged = resample_std(samples[names].to_numpy())
     params["ci_low"] = lo
     params["ci_high"] = hi
     stats = fit.stats.copy()
     stats["n_bootstrap"] = int(n_resamples)
+    stats["n_bootstrap_diverged"] = diverged
     return dataclasses.replace(
         fit,
         params=params,

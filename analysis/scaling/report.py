@@ -116,7 +116,8 @@ def scaling_section(
         lines += [
             f"Uncertainty: {int(st['n_bootstrap'])} bootstrap resamples of the rows (seed {seed}), each refitted "
             f"from all {int(st['n_starts'])} starts — fewer than the 1,000 of the command line, to keep the "
-            "report quick; `python -m analysis scaling ROWS.csv --bootstrap 1000` gives the full intervals.",
+            f"report quick; `python -m analysis scaling ROWS.csv --bootstrap 1000` gives the full intervals"
+            f"{fit.diverged_note()}.",
             "",
         ]
     else:

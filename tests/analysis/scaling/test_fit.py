@@ -208,6 +208,25 @@ def test_gadre_bootstrap_is_seeded_and_stable_across_seeds(gadre_fit):
         assert 0.4 < s0 / s1 < 2.5
         assert abs(b0.bootstrap_params[name].median() - b1.bootstrap_params[name].median()) < 0.03
     assert "8 bootstrap resamples" in b0.report()
+    assert b0.stats.iloc[0]["n_bootstrap_diverged"] == 0 and "diverged" not in b0.report()
+
+
+def test_a_diverged_resample_is_infinite_and_said_not_an_overflow(gadre_fit):
+    # A resample of a small scaling run can send a coefficient's log past float64's range; its
+    # estimate is inf (no overflow warning), that parameter's stderr inf, and the report says how many
+    import dataclasses
+    import warnings
+    raw = np.array([[1.0, 0.3, 800.0, 0.2, 0.5], [1.0, 0.3, 2.0, 0.2, 0.5]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        nat = scaling._natural("chinchilla", raw)
+        std, n = scaling.resample_std(np.vstack([nat, nat[1:] * 1.1]))
+    assert np.isinf(nat[0, 2]) and np.isfinite(nat[1]).all()
+    assert n == 1 and np.isinf(std[2]) and np.isfinite(np.delete(std, 2)).all()
+    stats = gadre_fit.stats.copy()
+    stats["n_bootstrap"], stats["n_bootstrap_diverged"] = 8, 3
+    note = dataclasses.replace(gadre_fit, stats=stats, options={**gadre_fit.options, "ci": 0.95, "seed": 0})
+    assert "3 resample(s) diverged" in note.uncertainty_note()
 
 
 # ---------------------------------------------------------------------------------------------
