@@ -212,6 +212,36 @@ def test_the_stages_cost_more_in_the_main_process_and_are_not_linear_in_the_pixe
     assert "stage_main_scale" not in costmodel.fit(rows[rows.num_workers >= 1]).params
 
 
+def test_the_cnns_cache_spill_is_recovered_and_stays_on_the_host():
+    # The CNN's compute side slows with its micro-batch's pixels (1 + σ·W/(W + W₀)); the fit recovers
+    # σ per precision and W₀ from rows of several sizes, gives the MLP none, and an accelerator's step
+    # (whatif --set hierarchy=...) leaves it out
+    from analysis.costmodel.model import spill_factor, step_time
+    true = {**TRUE, "spill_cnn_fp32": 1.5, "spill_cnn_bf16": 0.8, "spill_w0_cnn": 20.0}
+    rows = synthetic_rows(n=40, params=true)
+    model = costmodel.fit(rows)
+    for k in ("spill_cnn_fp32", "spill_cnn_bf16", "spill_w0_cnn", "flop_rate_cnn_fp32", "flop_rate_mlp_fp32"):
+        assert model.params[k] == pytest.approx(true[k], rel=0.05), k
+    assert not any(k.startswith("spill_mlp") for k in model.params)
+    kf = features.knob_frame(rows.drop_duplicates("config_id"))
+    f = spill_factor(model.params, kf)
+    cnn = (kf.model == "cnn").to_numpy()
+    assert np.all(f[~cnn] == 1.0) and np.all(f[cnn] > 1.0)
+    W = (kf.batch_size * kf.pixels / (32 * 32 * 3)).to_numpy()
+    fp32 = cnn & (kf.precision == "fp32").to_numpy()
+    np.testing.assert_allclose(f[fp32], 1 + 1.5 * W[fp32] / (W[fp32] + 20.0), rtol=0.03)
+    np.testing.assert_allclose(step_time(model.params, kf), step_time(true, kf), rtol=0.02)
+    m = _true_model(true)
+    host = components(m, kf)
+    dev = components(m, kf, hierarchy="h100_sxm")
+    plain = components(_true_model(TRUE), kf, hierarchy="h100_sxm")
+    np.testing.assert_allclose(dev.step_s, plain.step_s)
+    assert (host.step_s.to_numpy()[cnn] > components(_true_model(TRUE), kf).step_s.to_numpy()[cnn]).all()
+    # rows whose CNN has fewer than three sizes fit no spill
+    one_size = rows[(rows.model == "mlp") | ((rows.batch_size == 64) & (rows.image_size == 32))]
+    assert not any(k.startswith("spill_") for k in costmodel.fit(one_size).params)
+
+
 def test_cycle_solves_its_fixed_point():
     """T = max(S(1 + κL/T) + o, L/num_workers, (L + ν[family]S + o + tr)/cores) holds at the
     returned T, over random terms that put each of the three bounds in charge somewhere."""
