@@ -63,14 +63,36 @@ def _exp(x: np.ndarray) -> np.ndarray:
     return np.where(x > _LOG_MAX, np.inf, np.exp(np.minimum(x, _LOG_MAX)))
 
 
-def _natural(law: str, raw: np.ndarray) -> np.ndarray:
-    """Raw (c_1, α_1, ..., e) -> the law's parameters in its natural order and units."""
+def natural_params(law: str, raw: np.ndarray) -> np.ndarray:
+    """Raw (c_1, α_1, ..., e) -> the law's parameters in its natural order and units; a coefficient
+    whose log is beyond float64's range is ``inf``."""
     raw = np.asarray(raw, np.float64)
     if law == "power_law":
         c, alpha, e = raw[..., 0], raw[..., 1], raw[..., 2]
         return np.stack([_exp(e), _exp(c), alpha], axis=-1)
     a, alpha, b, beta, e = (raw[..., i] for i in range(5))
     return np.stack([_exp(e), _exp(a), _exp(b), alpha, beta], axis=-1)
+
+
+def resample_interval(samples: np.ndarray, ci: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per column, the ``(1 ∓ ci)/2`` percentiles of resampled estimates: interpolated between
+    neighbouring estimates where every estimate is finite, the nearest estimate itself (no
+    interpolation: ``inf − inf`` has no value) in a column where some resample diverged.
+
+    Example:
+        >>> lo, hi = resample_interval(np.array([[1.0, 1.0], [2.0, np.inf], [3.0, np.inf]]), 0.5)
+        >>> lo.tolist(), hi.tolist()
+        ([1.5, 1.0], [2.5, inf])
+    """
+    samples = np.asarray(samples, np.float64)
+    q = [50 * (1 - ci), 50 * (1 + ci)]
+    lo, hi = np.empty(samples.shape[1]), np.empty(samples.shape[1])
+    finite = np.isfinite(samples).all(axis=0)
+    if finite.any():
+        lo[finite], hi[finite] = np.percentile(samples[:, finite], q, axis=0)
+    if (~finite).any():
+        lo[~finite], hi[~finite] = np.percentile(samples[:, ~finite], q, axis=0, method="inverted_cdf")
+    return lo, hi
 
 
 def resample_std(samples: np.ndarray) -> tuple[np.ndarray, int]:
@@ -318,7 +340,7 @@ def _fit(
     pred = _predict_log(raw, log_x)
     resid = log_y - pred
     ss_tot = float(np.sum((log_y - log_y.mean()) ** 2))
-    values = _natural(law, raw)
+    values = natural_params(law, raw)
     params = pd.DataFrame(
         {"param": list(names), "value": values, "stderr": np.nan, "ci_low": np.nan, "ci_high": np.nan}
     )
@@ -511,10 +533,10 @@ def bootstrap(
     if compile_only:
         return None
     names = list(fit.params["param"])
-    samples = pd.DataFrame(_natural(fit.law, res.raw), columns=names)
+    samples = pd.DataFrame(natural_params(fit.law, res.raw), columns=names)
     samples["objective"] = res.objective
     samples["n_at_best"] = res.n_at_best
-    lo, hi = np.percentile(samples[names].to_numpy(), [50 * (1 - ci), 50 * (1 + ci)], axis=0)
+    lo, hi = resample_interval(samples[names].to_numpy(), ci)
     params = fit.params.copy()
     params["stderr"], diverged = resample_std(samples[names].to_numpy())
     params["ci_low"] = lo
@@ -564,7 +586,7 @@ def chinchilla_from_values(E: float, A: float, B: float, alpha: float, beta: flo
     raw = np.array([np.log(A), alpha, np.log(B), beta, np.log(E)], np.float64)
     names = list(_LAWS["chinchilla"][1])
     params = pd.DataFrame(
-        {"param": names, "value": _natural("chinchilla", raw), "stderr": np.nan, "ci_low": np.nan, "ci_high": np.nan}
+        {"param": names, "value": natural_params("chinchilla", raw), "stderr": np.nan, "ci_low": np.nan, "ci_high": np.nan}
     )
     stats = pd.DataFrame(
         [dict(n=0, n_params=5, objective=np.nan, rmse_log=np.nan, r2_log=np.nan, huber_delta=np.nan,

@@ -237,9 +237,42 @@ def test_the_cnns_cache_spill_is_recovered_and_stays_on_the_host():
     plain = components(_true_model(TRUE), kf, hierarchy="h100_sxm")
     np.testing.assert_allclose(dev.step_s, plain.step_s)
     assert (host.step_s.to_numpy()[cnn] > components(_true_model(TRUE), kf).step_s.to_numpy()[cnn]).all()
-    # rows whose CNN has fewer than three sizes fit no spill
-    one_size = rows[(rows.model == "mlp") | ((rows.batch_size == 64) & (rows.image_size == 32))]
-    assert not any(k.startswith("spill_") for k in costmodel.fit(one_size).params)
+    # rows whose CNN has fewer than three sizes (here two) fit no spill
+    two_sizes = rows[(rows.model == "mlp") | ((rows.batch_size == 64) & rows.image_size.isin([16, 32]))]
+    cnn_rows = features.knob_frame(two_sizes[two_sizes.model == "cnn"])
+    assert (cnn_rows.batch_size * cnn_rows.pixels).nunique() == 2
+    assert not any(k.startswith("spill_") for k in costmodel.fit(two_sizes).params)
+
+
+def test_a_source_no_row_read_is_held_at_zero_through_the_worker_fit():
+    # The stage fit holds read_<source>_s at 0 when neither the rows nor the stage probe read that
+    # source; the worker fit after it uses the stages, so the fixed value must reach it. A source the
+    # probe read and the rows did not is fitted from the probe.
+    true = {**TRUE, "stage_base_s": 2e-5, "stage_pixel_s": 4e-6, "decode_pixel_s": 1.5e-5, "stage_scale": 1.2,
+            "stage_offset_s": 1.2e-5, "worker_base_s": 2e-5, "worker_batch_s": 2e-3, "worker_pixel_s": 2.5e-5}
+    rows = synthetic_rows(n=30, params=true, cpu_stamps=True, worker_cpu=True)
+    rows = rows[rows.source != "memmap"]
+    probe = synthetic_stage_probe(true)
+    without = costmodel.fit(rows, stage_probe=probe[probe.source != "memmap"])
+    t = without.table.set_index("param")
+    assert t.loc["read_memmap_s", "fixed"] and without.params["read_memmap_s"] == 0.0
+    assert without.params["worker_base_s"] == pytest.approx(true["worker_base_s"], rel=0.05)
+    with_probe = costmodel.fit(rows, stage_probe=probe)
+    assert not with_probe.table.set_index("param").loc["read_memmap_s", "fixed"]
+    assert with_probe.params["read_memmap_s"] == pytest.approx(true["read_memmap_s"], rel=0.05)
+
+
+def test_off_the_host_the_main_process_stages_cost_what_a_workers_do():
+    # stage_main_scale is the stages beside the step's threads; with the step on an accelerator
+    # (hierarchy=...) the main process's loader costs what a worker's stages do, and says so
+    m = _true_model({**TRUE, "stage_main_scale": 1.3})
+    plain = _true_model(TRUE)
+    cfg = pd.DataFrame({"model": ["mlp"], "num_workers": [0], "image_size": [32], "augment_cost": [2]})
+    host, dev = components(m, cfg), components(m, cfg, hierarchy="h100_sxm")
+    assert host.loader_s_per_batch.iloc[0] > components(plain, cfg).loader_s_per_batch.iloc[0]
+    assert dev.loader_s_per_batch.iloc[0] == pytest.approx(
+        components(plain, cfg, hierarchy="h100_sxm").loader_s_per_batch.iloc[0])
+    assert "a worker's cost" in dev.extrapolated.iloc[0] and "no cache spill" in dev.extrapolated.iloc[0]
 
 
 def test_cycle_solves_its_fixed_point():

@@ -219,10 +219,14 @@ def test_a_diverged_resample_is_infinite_and_said_not_an_overflow(gadre_fit):
     raw = np.array([[1.0, 0.3, 800.0, 0.2, 0.5], [1.0, 0.3, 2.0, 0.2, 0.5]])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        nat = scaling._natural("chinchilla", raw)
-        std, n = scaling.resample_std(np.vstack([nat, nat[1:] * 1.1]))
+        nat = scaling.natural_params("chinchilla", raw)
+        samples = np.vstack([nat, nat[1:] * 1.1, nat[:1]])  # two of four resamples diverged
+        std, n = scaling.resample_std(samples)
+        lo, hi = scaling.resample_interval(samples, 0.95)
     assert np.isinf(nat[0, 2]) and np.isfinite(nat[1]).all()
-    assert n == 1 and np.isinf(std[2]) and np.isfinite(np.delete(std, 2)).all()
+    assert n == 2 and np.isinf(std[2]) and np.isfinite(np.delete(std, 2)).all()
+    assert np.isinf(hi[2]) and np.isfinite(lo[2]) and np.isfinite(np.delete(hi, 2)).all()
+    assert (lo <= hi).all()
     stats = gadre_fit.stats.copy()
     stats["n_bootstrap"], stats["n_bootstrap_diverged"] = 8, 3
     note = dataclasses.replace(gadre_fit, stats=stats, options={**gadre_fit.options, "ci": 0.95, "seed": 0})
