@@ -343,7 +343,9 @@ class MachineWindow:
     this one's children and count as company.
 
     Both come from the kernel's counters (``psutil.cpu_times``: /proc/stat, 10 ms ticks), so over a
-    1 s window on 2 cores they resolve about 1%."""
+    1 s window on 2 cores they resolve about 1%. A window in which the counters did not advance
+    (shorter than a tick: the smoke preset's resident window took under 10 ms on a fast 2-core CPU)
+    resolves neither: both are NaN, not 0."""
 
     def __init__(self, own_cpu_s):
         self._own = own_cpu_s  # () -> CPU seconds of this process and its children
@@ -358,8 +360,10 @@ class MachineWindow:
         m, o, wall = psutil.cpu_times(), self._own(), time.perf_counter() - self._t
         d = {f: getattr(m, f) - getattr(self._m, f) for f in m._fields}
         total = sum(d.get(f, 0.0) for f in ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal"))
+        if total <= 0:  # no tick inside the window
+            return {"steal_frac": float("nan"), "foreign_cpu_cores": float("nan")}
         busy = total - d.get("idle", 0.0) - d.get("iowait", 0.0) - d.get("steal", 0.0)
-        return {"steal_frac": d.get("steal", 0.0) / total if total > 0 else float("nan"),
+        return {"steal_frac": d.get("steal", 0.0) / total,
                 # the ticks of the machine and of the process tree are read at slightly different
                 # moments: a window with no company can come out a hair below zero
                 "foreign_cpu_cores": max(0.0, (busy - (o - self._o)) / max(wall, 1e-9))}
