@@ -343,9 +343,12 @@ class MachineWindow:
     this one's children and count as company.
 
     Both come from the kernel's counters (``psutil.cpu_times``: /proc/stat, 10 ms ticks), so over a
-    1 s window on 2 cores they resolve about 1%. A window in which the counters did not advance
-    (shorter than a tick: the smoke preset's resident window took under 10 ms on a fast 2-core CPU)
-    resolves neither: both are NaN, not 0."""
+    1 s window on 2 cores they resolve about 1%. A window shorter than ``MIN_S`` (ten ticks) resolves
+    neither: both are NaN, not a number made of one tick. (The smoke preset's resident window took a
+    few ms on a fast 2-core CPU: one tick in it read as 3.2 foreign cores on a 2-core machine, and
+    none as NaN steal.)"""
+
+    MIN_S = 0.1
 
     def __init__(self, own_cpu_s):
         self._own = own_cpu_s  # () -> CPU seconds of this process and its children
@@ -360,7 +363,7 @@ class MachineWindow:
         m, o, wall = psutil.cpu_times(), self._own(), time.perf_counter() - self._t
         d = {f: getattr(m, f) - getattr(self._m, f) for f in m._fields}
         total = sum(d.get(f, 0.0) for f in ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal"))
-        if total <= 0:  # no tick inside the window
+        if wall < self.MIN_S or total <= 0:  # too few ticks inside the window to say anything
             return {"steal_frac": float("nan"), "foreign_cpu_cores": float("nan")}
         busy = total - d.get("idle", 0.0) - d.get("iowait", 0.0) - d.get("steal", 0.0)
         return {"steal_frac": d.get("steal", 0.0) / total,
