@@ -157,11 +157,11 @@ rows and the stage probe measured:
   cost per sample. Its compute side is multiplied by ``1 + σ · W / (W + W₀)`` (:func:`spill_factor`;
   ``W`` the micro-batch's pixels; ``spill_cnn_<precision>``, ``spill_w0_cnn``), fitted where a CNN
   cell has three shapes of different sizes. ``W₀`` is bounded below by 8 (a micro-batch of 32
-  images of 16×16, the step probe's smallest without accumulation): below it σ and the FLOP rate trade off one for the
-  other. σ or ``W₀`` often ends at a bound (the fit table says so): with 4–5 shapes per CNN cell the
-  curve's shape is not pinned down, only its size at the measured shapes. The MLP's working set is its weights, the same at every
-  micro-batch: the same term for it, tried, raised the committed study's largest cv error from 64.5%
-  to 77.0%.
+  images of 16×16, the step probe's smallest without accumulation): below it σ and the FLOP rate
+  trade off one for the other. σ or ``W₀`` often ends at a bound (the fit table says so): with 4–5
+  shapes per CNN cell the curve's shape is not pinned down, only its size at the measured shapes.
+  The MLP's working set is its weights, the same at every micro-batch: the same term for it,
+  tried, raised the committed study's largest cv error from 64.5% to 77.0%.
 
 Nine studies (``results/cpu-2core/holdout``: the committed one, ``pair2``–``pair9``), 5-fold
 cross-validation and each study's model predicting its own second sweep, the median over the nine
@@ -170,10 +170,11 @@ of median / max |error| and τ, version 7 → 8: cv 8.1 / 39.4% / 0.76 → 7.6 /
 Xeon of ``pair8``) was measured after the three stage and worker changes were chosen and before
 the spill term: for those changes it is held out, cv 5.1 / 34.0 / 0.76 → 4.4 / 32.6 / 0.85,
 compare 5.7 / 21.0 / 0.73 → 8.6 / 21.6 / 0.79; the spill term, chosen with its numbers in view,
-then moved them to 4.6 / 25.7 / 0.84 and 8.4 / 22.3 / 0.79 (one loader setting, ``ram`` at 16×16 with 2 passes in a CNN run's worker, stamped its stages
-25% above the stage probe in the study and 46% in the second sweep: the pipeline's inflation of the
-stages is not the same from one sweep to the next). On the four studies whose machines were steady (identical work
-within 2–4% between repeats: the committed study, ``pair2``, ``pair8``, ``pair9``) the compare
+then moved them to 4.6 / 25.7 / 0.84 and 8.4 / 22.3 / 0.79 (one loader setting, ``ram`` at
+16×16 with 2 passes in a CNN run's worker, stamped its stages 25% above the stage probe in the
+study and 46% in the second sweep: the pipeline's inflation of the stages is not the same from one
+sweep to the next). On the four studies whose machines were steady (identical work within 2–4%
+between repeats: the committed study, ``pair2``, ``pair8``, ``pair9``) the compare
 maxima were 15.4, 15.7, 12.6 and 22.3% (19.5, 16.1, 15.1, 21.0 before); on the noisy AMD studies
 the changes went both ways (``pair4``'s compare 19.9 → 24.5%, ``pair7``'s 11.4 → 7.9%). Of the
 changes alone, on the eight studies before ``pair9``: the main-process factor alone moved the
@@ -490,7 +491,7 @@ def size_factor(p: dict, px: np.ndarray) -> np.ndarray:
     one inside it but outside the probe's is not). The
     stages are not linear in the pixels: on the stage probe of a quick study on the 2-core Intel Xeon
     (family 6, model 207) of 2026-11-25 the linear form put every 32×32 combination of source and
-    augmentation 3–14% below its measured CPU and the 16×16 and 48×48 ones 1–12% above it; a model
+    augmentation 3–14% below its measured CPU and most 16×16 and 48×48 ones 1–12% above it; a model
     without these factors has none (1 everywhere)."""
     knots = sorted((int(k[len("stage_size_factor_"):]), v) for k, v in p.items() if k.startswith("stage_size_factor_"))
     if len(knots) < 3:
