@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import sys
+
+# Each measured run is a JAX process of its own beside the sweep's (a forkserver child per
+# configuration; N processes in a multi-process run), and each starts its own backend. On a GPU,
+# XLA's default allocator takes 75% of the device's memory when a backend starts, so the second
+# process on one device fails to allocate: allocate on demand instead. Peak memory is still read
+# from memory_stats(). A value the user set is kept.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 from experiments.configs import ConfigError, apply_overrides, coerce, describe_fields, parse_overrides
 from experiments.registry import EXPERIMENTS

@@ -130,12 +130,35 @@ def _stage(errors: dict, name: str, fn, *args):
         return None
 
 
+def prior_stage_s(out: Path) -> dict:
+    """The seconds per stage an earlier run of this study folder measured (its ``study.json``,
+    written at the end or when interrupted), or {} for a new folder or an unreadable file."""
+    import json
+    try:
+        stage_s = json.loads((out / "study.json").read_text()).get("stage_s", {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return {k: float(v) for k, v in stage_s.items() if isinstance(v, (int, float))} if isinstance(stage_s, dict) else {}
+
+
+def add_stage_s(prior: dict, now: dict) -> dict:
+    """Seconds per stage over the runs of one study folder: a resumed study skips what was measured,
+    so its own seconds alone would report a sweep of 0 s.
+
+    >>> add_stage_s({"sweep": 266.0, "probes": 14.0}, {"sweep": 0.5, "probes": 0.0, "components": 96.0})
+    {'sweep': 266.5, 'probes': 14.0, 'components': 96.0}
+    """
+    return {**{k: prior.get(k, 0.0) + v for k, v in now.items()},
+            **{k: v for k, v in prior.items() if k not in now}}
+
+
 def main(cfg: StudyConfig, preset: str, run_id: str | None = None, results_root: str | None = None,
          retry_failed: bool = False) -> int:
     from experiments import env as env_lib, train
     train.check_runtime(cfg.base())
     t0 = time.perf_counter()
     out = results.run_dir("study", run_id, results_root, resume=run_id is not None)
+    prior = prior_stage_s(out)
     print(f"study: {len(cfg.train_configs())} configurations × {cfg.repeats} repeats → {out}", flush=True)
     errors: dict = {}
     stage_s: dict = {}
@@ -155,6 +178,9 @@ def main(cfg: StudyConfig, preset: str, run_id: str | None = None, results_root:
         except KeyboardInterrupt:
             sig.caught = sig.caught or signal.SIGINT
     if sig.caught:
+        # the seconds measured so far, so that a resumed study reports the whole time, not its own
+        results.write_json_atomic(out / "study.json", {"preset": preset, "stage_s": add_stage_s(prior, stage_s),
+                                                       "errors": errors, "interrupted": True}, sort_keys=False)
         print(f"\ninterrupted ({signal.Signals(sig.caught).name}): finished rows kept in {out}; "
               f"rerun with --run_id={out.name}", file=sys.stderr)
         return sig.exit_code
@@ -162,7 +188,8 @@ def main(cfg: StudyConfig, preset: str, run_id: str | None = None, results_root:
     _stage(errors, "memory", run_memory, results.summarize(runs) if len(runs) else runs, out)
     stage_s["memory"] = time.perf_counter() - t
     results.write_json_atomic(out / "study.json", {"preset": preset, "environment": env_lib.environment(),
-                                                   "stage_s": stage_s, "errors": errors}, sort_keys=False)
+                                                   "stage_s": add_stage_s(prior, stage_s), "errors": errors},
+                              sort_keys=False)
     t = time.perf_counter()
     from analysis.report import build_report  # the study's one call into analysis
     path, failed_sections = build_report(out)

@@ -124,25 +124,74 @@ def _print_parts(s: dict) -> None:
               f"max {s['max_abs_pipeline_part']:.1%}")
 
 
+def parse_sets(items: list[str], knobs: bool = True) -> tuple[dict, dict]:
+    """``--set KEY=VALUE`` items -> (knob changes, machine changes: ``hierarchy``, ``cpu_count``,
+    ``cpu_scale``); CostModelError naming the item for anything else (knobs only where ``knobs``)."""
+    changes, machine = {}, {}
+    for it in items:
+        key, sep, val = it.partition("=")
+        if not sep or not val:
+            raise CostModelError(f"--set {it!r}: expected KEY=VALUE")
+        if key == "hierarchy":
+            machine["hierarchy"] = val
+        elif key == "cpu_count":
+            cores = _value(val)
+            if not isinstance(cores, int) or cores < 1:
+                raise CostModelError(f"--set cpu_count={val!r}: expected a positive integer")
+            machine["cpu_count"] = cores
+        elif key == "cpu_scale":
+            scale = _value(val)
+            if not isinstance(scale, (int, float)) or not 0 < scale < float("inf"):
+                raise CostModelError(f"--set cpu_scale={val!r}: expected a positive number (the host's CPU time "
+                                     f"per unit of loader work over the calibrated host's, e.g. 1.2)")
+            machine["cpu_scale"] = float(scale)
+        elif knobs and key in KNOB_DEFAULTS:
+            changes[key] = _value(val)
+        else:
+            known = "hierarchy, cpu_count, cpu_scale" + (f", {', '.join(KNOB_DEFAULTS)}" if knobs else "")
+            raise CostModelError(f"--set {key!r}: not {'a knob' if knobs else 'a machine setting'}; known: {known}")
+    return changes, machine
+
+
+def _calibration_stage_probe(model) -> pd.DataFrame | None:
+    """The stage probe of the first folder the model was fitted on, when it is at hand."""
+    if not model.sources:
+        return None
+    path = Path(model.sources[0]) / "stage_probe" / "rows.csv"
+    return pd.read_csv(path) if path.is_file() else None
+
+
 def cmd_compare(args) -> int:
-    from analysis.costmodel.evaluate import compare, other_cpu, summary, with_measured_step, worst
+    from analysis.costmodel.evaluate import (compare, host_stage_ratio, other_cpu, other_platform, summary,
+                                             with_measured_step, worst)
     from analysis.costmodel.model import load, measured_configs, predict
     model = load(args.model)
+    _, machine = parse_sets(args.set, knobs=False)
     d = read_dir(args.results)
     meas = measured_configs(d["rows"])
-    ms = with_measured_step(model, meas)
+    other_platform(model, meas, machine.get("hierarchy"))
+    ms = with_measured_step(model, meas, **machine)
     if args.step == "measured":
         pred = ms
     else:
-        pred = predict(model, meas)
+        pred = predict(model, meas, **machine)
         pred["config_id"] = meas.config_id.to_numpy()
     cmp = compare(d["rows"], pred, ms)
     s = summary(cmp)
     s["step"] = args.step
+    s.update(machine)
     other = other_cpu(model, meas)
     if other:
         s["other_cpu"] = other
         print(f"note: {other}", file=sys.stderr)
+    ratio = host_stage_ratio(_calibration_stage_probe(model), d["stage_probe"])
+    if ratio is not None:
+        s["host_stage_ratio"] = ratio
+        if abs(ratio["median"] - 1) > 0.05 and "cpu_scale" not in machine:
+            print(f"note: this folder's stage probe spent {ratio['median']:.2f}x (per combination "
+                  f"{ratio['min']:.2f}-{ratio['max']:.2f}, {ratio['n']} combinations) the CPU of the model's first "
+                  f"folder's on the same stages; --set cpu_scale={ratio['median']:.2f} carries the model's loader "
+                  f"costs to this host", file=sys.stderr)
     print(cmp[["config_id", "measured", "measured_lo", "measured_hi", "predicted", "rel_error", "within_noise",
                "bottleneck"]].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     w = worst(cmp)
@@ -197,6 +246,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
     c.add_argument("results")
     c.add_argument("--step", choices=("predicted", "measured"), default="predicted",
                    help="each configuration's step: from the model (default) or its own measured device-resident bound")
+    c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="predict the rows' machine from the model's (repeatable): hierarchy=h100_sxm|h200 puts "
+                        "the step on that accelerator, cpu_count=N the host's cores, cpu_scale=X the host's CPU "
+                        "time per unit of loader work over the calibrated host's")
     c.add_argument("--json", action="store_true")
     c.set_defaults(_action=cmd_compare)
     r = sub.add_parser("recommend", help="the cheapest loader configuration within a tolerance of the best predicted")
@@ -237,7 +290,8 @@ def add_whatif_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="MODEL.json from 'costmodel fit'")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="a knob to change (repeatable); hierarchy=h100_sxm|h200 moves the step to that "
-                        "accelerator, cpu_count=N sets the host's cores")
+                        "accelerator, cpu_count=N sets the host's cores, cpu_scale=X the host's CPU time per "
+                        "unit of loader work over the calibrated host's")
     p.add_argument("--base", help="baseline configurations CSV (default: the fastest measured configuration "
                                   "of the first folder the model was fitted on)")
     p.add_argument("--json", action="store_true")
@@ -288,24 +342,10 @@ def run_whatif(args: argparse.Namespace) -> int:
     from analysis.costmodel.model import load
     try:
         model = load(args.model)
-        changes, hierarchy, cores = {}, None, None
-        for it in args.set:
-            key, sep, val = it.partition("=")
-            if not sep or not val:
-                raise CostModelError(f"--set {it!r}: expected KEY=VALUE")
-            if key == "hierarchy":
-                hierarchy = val
-            elif key == "cpu_count":
-                cores = _value(val)
-                if not isinstance(cores, int) or cores < 1:
-                    raise CostModelError(f"--set cpu_count={val!r}: expected a positive integer")
-            elif key in KNOB_DEFAULTS:
-                changes[key] = _value(val)
-            else:
-                raise CostModelError(f"--set {key!r}: not a knob; known: hierarchy, cpu_count, {', '.join(KNOB_DEFAULTS)}")
+        changes, machine = parse_sets(args.set)
         if not args.set:
             raise CostModelError("whatif: give at least one --set KEY=VALUE")
-        table = whatif(model, base_config(model, args.base, "whatif"), changes, hierarchy=hierarchy, cpu_count=cores)
+        table = whatif(model, base_config(model, args.base, "whatif"), changes, **machine)
     except (CostModelError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -95,12 +95,71 @@ def compare(measured_rows: pd.DataFrame, predicted: pd.DataFrame,
     return out
 
 
-def with_measured_step(model: CostModel, meas: pd.DataFrame) -> pd.DataFrame:
-    """``predict(model, meas)`` with each configuration's own measured device-resident step."""
+def with_measured_step(model: CostModel, meas: pd.DataFrame, **kw) -> pd.DataFrame:
+    """``predict(model, meas, **kw)`` with each configuration's own measured device-resident step."""
     given = meas.batch_size.to_numpy(float) / meas.device_resident_samples_per_s.to_numpy(float)
-    pred = predict(model, meas, step_s=given)
+    pred = predict(model, meas, step_s=given, **kw)
     pred["config_id"] = meas.config_id.to_numpy()
     return pred
+
+
+#: a JAX device kind -> the ``memsim.machines`` preset that describes it
+DEVICE_HIERARCHY = {"NVIDIA H100 80GB HBM3": "h100_sxm", "NVIDIA H100": "h100_sxm", "NVIDIA H200": "h200"}
+
+
+def other_platform(model: CostModel, meas: pd.DataFrame, hierarchy: str | None) -> None:
+    """Raises CostModelError when the rows ran on an accelerator, the model was fitted on CPU rows
+    and no ``hierarchy`` says which accelerator to predict (the prediction would put the step on
+    the host's CPU); the message names the preset and the rows' cores to pass.
+
+    >>> m = CostModel(params={}, table=None, stats={}, ranges={}, cpu_count=2, transfer={},
+    ...               environment={"platform": "cpu"})
+    >>> rows = pd.DataFrame({"platform": ["gpu"], "device_kind": ["NVIDIA H200"], "cpu_count": [16]})
+    >>> other_platform(m, rows, "h200")
+    >>> other_platform(m, rows, None)
+    Traceback (most recent call last):
+    ...
+    analysis.costmodel.features.CostModelError: these rows ran on NVIDIA H200 (gpu) and the model was fitted on cpu rows: compare the what-if, --set hierarchy=h200 --set cpu_count=16
+    """
+    fitted = model.environment.get("platform")
+    plats = sorted({str(v) for v in meas.get("platform", pd.Series(dtype=object)).dropna()})
+    if hierarchy is not None or fitted != "cpu" or not plats or plats == ["cpu"]:
+        return
+    kinds = sorted({str(v) for v in meas.get("device_kind", pd.Series(dtype=object)).dropna()})
+    preset = DEVICE_HIERARCHY.get(kinds[0]) if len(kinds) == 1 else None
+    cores = pd.to_numeric(meas.get("cpu_count", pd.Series(dtype=float)), errors="coerce").dropna()
+    hint = (f"--set hierarchy={preset}" if preset else "--set hierarchy=h100_sxm|h200 (the nearest)") + \
+        (f" --set cpu_count={int(cores.mode().iloc[0])}" if len(cores) else "")
+    raise CostModelError(f"these rows ran on {', '.join(kinds) or '?'} ({', '.join(plats)}) and the model was fitted "
+                         f"on cpu rows: compare the what-if, {hint}")
+
+
+def host_stage_ratio(calibrated: pd.DataFrame | None, target: pd.DataFrame | None) -> dict | None:
+    """How much more CPU the target host's stage probe spent than the calibrated host's on the same
+    stages: per source × image size × augmentation cost measured by both, the ratio of the median
+    stamped CPU per sample; returns {'median', 'min', 'max', 'n'} over those combinations, or None
+    when either has no stage probe or they share no combination. Its median is what
+    ``--set cpu_scale=`` takes to carry a model's loader costs to the target host: measured on the
+    stages alone, independently of the rows the prediction is compared with.
+
+    >>> a = pd.DataFrame({"source": ["ram", "ram"], "image_size": [16, 32], "augment_cost": [0, 0],
+    ...                   "read_cpu_s_per_sample": [1e-4, 2e-4], "decode_cpu_s_per_sample": [0.0, 0.0],
+    ...                   "augment_cpu_s_per_sample": [0.0, 0.0], "status": ["ok", "ok"]})
+    >>> b = a.assign(read_cpu_s_per_sample=[1.2e-4, 2.6e-4])
+    >>> r = host_stage_ratio(a, b)
+    >>> round(r["median"], 3), round(r["min"], 3), round(r["max"], 3), r["n"]
+    (1.25, 1.2, 1.3, 2)
+    """
+    from analysis.costmodel.model import _stage_probe_rows
+    a, b = _stage_probe_rows(calibrated), _stage_probe_rows(target)
+    if a is None or b is None:
+        return None
+    keys = ["source", "image_size", "augment_cost"]
+    ratio = (b.groupby(keys).cpu_stamped_s_per_sample.median()
+             / a.groupby(keys).cpu_stamped_s_per_sample.median()).dropna()
+    if not len(ratio):
+        return None
+    return {"median": float(ratio.median()), "min": float(ratio.min()), "max": float(ratio.max()), "n": int(len(ratio))}
 
 
 def other_cpu(model: CostModel, meas: pd.DataFrame) -> str:
@@ -325,14 +384,14 @@ def cross_validate(rows: pd.DataFrame, *, kind: str = "kfold", folds: int = 5, s
 
 
 def whatif(model: CostModel, base: pd.DataFrame, changes: dict, hierarchy: str | None = None,
-           cpu_count: int | None = None) -> pd.DataFrame:
+           cpu_count: int | None = None, cpu_scale: float | None = None) -> pd.DataFrame:
     """The baseline configuration and the same with ``changes``, predicted side by side.
 
     Args:
         model: a fitted model.
         base: one configuration (one row with knob columns).
         changes: knob -> new value.
-        hierarchy, cpu_count: as in :func:`predict` (apply to the changed configuration only).
+        hierarchy, cpu_count, cpu_scale: as in :func:`predict` (apply to the changed configuration only).
 
     Returns:
         Two rows (``baseline``, ``what if``): samples/s, stall fraction, input-bound grade,
@@ -344,7 +403,7 @@ def whatif(model: CostModel, base: pd.DataFrame, changes: dict, hierarchy: str |
     for k, v in changes.items():
         changed[k] = v
     b = predict(model, base)
-    w = predict(model, changed, hierarchy=hierarchy, cpu_count=cpu_count)
+    w = predict(model, changed, hierarchy=hierarchy, cpu_count=cpu_count, cpu_scale=cpu_scale)
     cols = ["samples_per_s", "bound_samples_per_s", "stall_frac", "input_bound", "bottleneck", "stage_to_fix",
             "extrapolated", "num_workers", "batch_size", "precision", "feed"]
     out = pd.concat([b[cols], w[cols]], ignore_index=True)

@@ -65,6 +65,8 @@ or a knob, and ``C`` is the host's core count from the rows):
   ``T = max(L + o + γ·S, S + γ·(L + o))``, ``γ`` the fraction of the shorter of the two that does
   not overlap (0: perfect overlap, 1: in series).
   On an accelerator (``whatif --set hierarchy=...``) the step leaves the host: ``ν = κ = 0``.
+  ``stage_main_scale`` stays: measured on an H200 host, the main process's stages still cost
+  1.19-1.67x a worker's (``results/nvidia-h200``).
   A model family with no run with workers borrows the geometric mean of the fitted families' ``ν``
   (flagged as extrapolation).
 
@@ -138,6 +140,9 @@ rows and the stage probe measured:
   models), a worker's stamps were 0.74–1.05× the main process's at the same source, image size and
   augmentation (median 0.90; 0.87 on the Intel Xeon of ``holdout/pair8``). ``stage_main_scale``
   multiplies the stages for ``num_workers = 0`` (fitted on the rows' stamps when they have both).
+  The step's threads are not the whole reason: on an H200 host (``results/nvidia-h200``, 2026-11-26),
+  the step off the host, the main process's stamps were 1.19–1.67× a worker's and that study's own
+  fit put the factor at 1.26 [1.07, 1.48], so a what-if on an accelerator keeps it.
 - *The stages are not linear in the pixels.* On ``pair8``'s stage probe (27 combinations) the
   linear form put every 32×32 combination 3–14% under its measured CPU and most 16×16 and 48×48
   ones 1–12% over. ``stage_size_factor_<size>`` multiplies the stages alone at each image size the
@@ -232,6 +237,12 @@ STAGE_PROBE_PARAMS = ("decode_pixel_s", "stage_scale", "stage_offset_s")
 #: a worker process's CPU per sample outside the stamped stages (Grain, batching, the batch's copy to
 #: shared memory): fitted on the rows' worker CPU when they have it
 WORKER_PARAMS = ("worker_base_s", "worker_batch_s", "worker_pixel_s")
+#: the host CPU's cost of a unit of work (the loader's stages, its work outside them, the main
+#: thread's per batch): what ``cpu_scale`` multiplies when a prediction is carried to a host whose
+#: cores do the same work faster or slower (the step, on the host or not, is left as fitted)
+HOST_CPU_PARAMS = ("sample_base_s", "pixel_s", "augment_pass_base_s", "augment_pass_s", "read_memmap_s",
+                   "read_arrayrecord_s", "stage_base_s", "stage_pixel_s", "decode_pixel_s", "stage_offset_s",
+                   "worker_base_s", "worker_batch_s", "worker_pixel_s", "batch_overhead_s")
 LOADER_PARAMS = ("sample_base_s", "pixel_s", "augment_pass_base_s", "augment_pass_s", "read_memmap_s",
                  "read_arrayrecord_s", "stage_base_s", "stage_pixel_s",
                  "batch_overhead_s", "main_overlap_loss", "step_straggler")
@@ -1091,12 +1102,16 @@ def _cell_terms(model: CostModel, kf: pd.DataFrame, name_of) -> np.ndarray:
 
 
 def components(model: CostModel, configs: pd.DataFrame, hierarchy: str | None = None,
-               cpu_count: int | None = None, step_s=None) -> pd.DataFrame:
+               cpu_count: int | None = None, step_s=None, cpu_scale: float | None = None) -> pd.DataFrame:
     """Per configuration: the equations' terms and the deterministic cycle (no simulation).
 
     ``step_s`` (seconds per configuration), when given, is the device-resident step as measured
     (a run's bound, or the step probe of the same shape) and replaces the step model's ``S``: what
     is then predicted is the pipeline around a known step.
+
+    ``cpu_scale`` multiplies the host CPU's cost of each unit of work (:data:`HOST_CPU_PARAMS`) for
+    a host whose cores run the same loader slower (> 1) or faster; :func:`analysis.costmodel.evaluate.host_stage_ratio`
+    measures it from two hosts' stage probes. Flagged as extrapolation.
 
     Columns: the knobs, ``step_s`` (S), ``step_contended_s``, ``loader_s_per_batch`` (L),
     ``transfer_s``, ``overhead_s``, ``cycle_s`` (T), ``bound_samples_per_s`` (B / T), ``cpu_bound_s``,
@@ -1107,6 +1122,11 @@ def components(model: CostModel, configs: pd.DataFrame, hierarchy: str | None = 
     cores = int(cpu_count or model.cpu_count)
     if cores < 1:
         raise CostModelError(f"cpu_count={cpu_count!r}: must be a positive number of host cores")
+    if cpu_scale is not None:
+        if not (isinstance(cpu_scale, (int, float)) and np.isfinite(cpu_scale) and cpu_scale > 0):
+            raise CostModelError(f"cpu_scale={cpu_scale!r}: must be a positive number (the new host's CPU time "
+                                 f"per unit of loader work over the calibrated host's, e.g. 1.2)")
+        p = {k: v * cpu_scale if k in HOST_CPU_PARAMS else v for k, v in p.items()}
     transfer = dict(model.transfer)
     if hierarchy is not None:
         from memsim.machines import PRESETS
@@ -1120,8 +1140,9 @@ def components(model: CostModel, configs: pd.DataFrame, hierarchy: str | None = 
              "step_overhead_s": DEVICE_STEP_OVERHEAD_S, "update_s_per_param": 0.0}
         S = step_time(q, kf, _device_rates(hierarchy, kf), _device_weights(hierarchy, kf))
         on_host = False
-        # the main process's stages no longer share the cores with the step's threads
-        p = {**p, "stage_main_scale": 1.0} if "stage_main_scale" in p else p
+        # stage_main_scale is kept: the main process's stages cost more than a worker's with the
+        # step off the host too (on the H200 of results/nvidia-h200 the main process's stamps were
+        # 1.19-1.67x a worker's at the same stages, and its own fit put the factor at 1.26 [1.07, 1.48])
     else:
         S = step_time(p, kf, _cell_terms(model, kf, flop_rate_name), _cell_terms(model, kf, weight_pass_name))
         on_host = True
@@ -1144,10 +1165,12 @@ def components(model: CostModel, configs: pd.DataFrame, hierarchy: str | None = 
     if hierarchy is not None:
         ext = [("; ".join(filter(None, [e, f"hierarchy={hierarchy}: step from datasheet FLOP/s × "
                                            f"{DEVICE_EFFICIENCY} (assumed) and the weights' pass at the "
-                                           f"datasheet's HBM bandwidth, not measured; no cache spill, and "
-                                           f"the main process's loader stages at a worker's cost (the "
+                                           f"datasheet's HBM bandwidth, not measured; no cache spill (the "
                                            f"step off the host)"])))
                for e in ext]
+    if cpu_scale is not None:
+        ext = ["; ".join(filter(None, [e, f"cpu_scale={cpu_scale:g}: the loader's and the main thread's CPU "
+                                          f"costs x {cpu_scale:g} the calibrated host's (assumed)"])) for e in ext]
     if cpu_count is not None and cores != model.cpu_count:
         ext = ["; ".join(filter(None, [e, f"cpu_count={cores}: calibrated on {model.cpu_count}"])) for e in ext]
     out = kf.reset_index(drop=True).copy()
@@ -1188,7 +1211,8 @@ def _stage_to_fix(bottleneck: str, nw: int) -> str:
 
 
 def predict(model: CostModel, configs: pd.DataFrame, *, hierarchy: str | None = None,
-            cpu_count: int | None = None, n_items: int = 400, seed: int = 0, step_s=None) -> pd.DataFrame:
+            cpu_count: int | None = None, n_items: int = 400, seed: int = 0, step_s=None,
+            cpu_scale: float | None = None) -> pd.DataFrame:
     """Predicted samples/s of each configuration, through the vmapped pipeline simulator.
 
     Args:
@@ -1199,6 +1223,8 @@ def predict(model: CostModel, configs: pd.DataFrame, *, hierarchy: str | None = 
         hierarchy: simulate the step on an accelerator of ``memsim.machines`` (``h100_sxm``, ``h200``)
             instead of the measured host's CPU; flagged as extrapolation.
         cpu_count: host cores (default: the measured machine's).
+        cpu_scale: the host CPU's time per unit of loader work relative to the calibrated host's
+            (see :func:`components`); flagged as extrapolation.
         n_items: batches simulated per configuration.
         seed: the simulator's seed.
         step_s: measured device-resident step seconds per configuration, used instead of the
@@ -1212,7 +1238,7 @@ def predict(model: CostModel, configs: pd.DataFrame, *, hierarchy: str | None = 
     """
     from memsim.distributions import Dist
     from memsim.pipeline import sweep
-    comp = components(model, configs, hierarchy=hierarchy, cpu_count=cpu_count, step_s=step_s)
+    comp = components(model, configs, hierarchy=hierarchy, cpu_count=cpu_count, step_s=step_s, cpu_scale=cpu_scale)
     nw = comp.num_workers.to_numpy()
     main = comp.main_thread_s.to_numpy()
     # stage times per batch as the simulator takes them: workers (transform), main thread

@@ -87,3 +87,19 @@ def test_env_help_and_bad_knob(capsys):
     assert "--require_accelerator=False" in capsys.readouterr().out
     assert main(["env", "--require_acelerator=true"]) == 2
     assert "require_acelerator" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("given, expected", [(None, "false"), ("true", "true")])
+def test_the_command_line_lets_each_run_allocate_device_memory_on_demand(given, expected):
+    # every measured run is a JAX process of its own beside the sweep's; with XLA's default
+    # preallocation (75% of a GPU at backend start) the second process on one GPU cannot allocate
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "XLA_PYTHON_CLIENT_PREALLOCATE"}
+    if given is not None:
+        env["XLA_PYTHON_CLIENT_PREALLOCATE"] = given
+    code = "import os, experiments.__main__; print(os.environ['XLA_PYTHON_CLIENT_PREALLOCATE'])"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+                       cwd=Path(__file__).resolve().parents[2])
+    assert r.returncode == 0 and r.stdout.strip() == expected, r.stderr

@@ -44,3 +44,11 @@ def test_study_writes_report_with_table_and_figures(tmp_path, data_cache):
     assert p.returncode == 0, p.stderr[-3000:]
     assert (d / "report.md").read_text() == report
     assert len(load(d / "scaling")) == 4 and "No fit" in report  # smoke: 4 points for 5 parameters
+    # resumed, the study measures nothing again and reports the seconds of both runs, not a 0 s sweep
+    p = subprocess.run([sys.executable, "-m", "experiments", "study", "--preset", "smoke", f"--results_root={tmp_path}",
+                        f"--cache_dir={data_cache}", "--run_id=s"], cwd=REPO, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    again = json.loads((d / "study.json").read_text())
+    assert len(load(d / "rows.csv")) == 4
+    assert again["stage_s"]["sweep"] >= meta["stage_s"]["sweep"] and again["stage_s"]["probes"] >= meta["stage_s"]["probes"]
