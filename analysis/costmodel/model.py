@@ -65,7 +65,8 @@ or a knob, and ``C`` is the host's core count from the rows):
   With ``num_workers = 0`` the loader runs in the main process and shares its interpreter lock:
   ``T = max(L + o + γ·S, S + γ·(L + o))``, ``γ`` the fraction of the shorter of the two that does
   not overlap (0: perfect overlap, 1: in series).
-  On an accelerator (``whatif --set hierarchy=...``) the step leaves the host: ``ν = κ = 0``.
+  On an accelerator (``whatif --set hierarchy=...``, or rows measured on one) the step leaves the
+  host: ``ν = κ = 0``.
   ``stage_main_scale`` stays: measured on an H200 host, the main process's stages still cost
   1.19-1.67x a worker's (``results/nvidia-h200``).
   A model family with no run with workers borrows the geometric mean of the fitted families' ``ν``
@@ -204,6 +205,12 @@ from 5.1 / 12.6 to 4.5 / 9.3; ``pair4``'s cv median rose from 9.0 to 12.6 and th
 study's compare median from 3.5 to 4.8 (its maximum fell from 15.4 to 9.4). A cap of ``ν/C`` at 1
 was tried and was no better (cv 7.6 / 35.2, compare 7.6 / 22.3). The form was chosen with all ten
 studies in view, ``pair10`` included.
+
+Rows measured on an accelerator (``platform`` not ``cpu``) fit the step off the host, ``ν = κ = 0``
+(:func:`step_on_host_of`), and the model predicts that machine so. Version 8's fit of the H200 study
+(``results/nvidia-h200``) had put ``ν`` at 5.5 and 5.8 of its 16 cores for steps of 0.1–0.4 ms. On
+that study: cv 13.2 / 28.6 / 0.60 → 13.0 / 28.6 / 0.69, compare 13.1 / 42.9 / 0.76 → 15.9 / 42.8 /
+0.73, both inside that host's measurement noise (its repeats' intervals 22% wide at the median).
 
 Standard errors come from a central-difference Jacobian at the optimum, lmfit-style. ``predict`` maps each
 configuration onto a :class:`memsim.pipeline.PipelineConfig` whose stage times are the contended
@@ -596,6 +603,19 @@ def cycle(p: dict, S: np.ndarray, L: np.ndarray, tr: np.ndarray, nw: np.ndarray,
             "loader_main": np.where(par, 0.0, a + g * b)}
 
 
+def step_on_host_of(meas: pd.DataFrame) -> bool:
+    """Whether the rows' step ran on the host's CPU (their ``platform`` is ``cpu``, or unrecorded) or
+    on an accelerator; CostModelError for rows of both, which one model cannot describe.
+
+    >>> step_on_host_of(pd.DataFrame({"platform": ["cpu", "cpu"]})), step_on_host_of(pd.DataFrame({"platform": ["gpu"]}))
+    (True, False)
+    """
+    plats = sorted({str(v) for v in meas.get("platform", pd.Series(dtype=object)).dropna()})
+    if len(plats) > 1:
+        raise CostModelError(f"rows: measured on platforms {', '.join(plats)}; fit each platform's rows apart")
+    return not plats or plats == ["cpu"]
+
+
 def main_cpu(p: dict, S: np.ndarray, tr: np.ndarray, family) -> np.ndarray:
     """The main process's CPU seconds per batch beside worker processes: ``ν·S + o + tr``."""
     return family_cores(p, family) * S + p["batch_overhead_s"] + tr
@@ -857,6 +877,7 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
         if "cpu_count" in meas and meas["cpu_count"].notna().any() else None
     if not cores:
         raise CostModelError("rows: no cpu_count column; the rows must carry their environment (re-run the sweep)")
+    step_on_host = step_on_host_of(meas)
     transfer = dict(transfer) if transfer is not None else transfer_from_probes(probes)
     B = kf.batch_size.to_numpy(float)
     T_meas = B / meas.samples_per_s.to_numpy(float)
@@ -908,6 +929,10 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
     if not (nw >= 1).any():
         fixed["step_straggler"] = 0.0
         notes["step_straggler"] = "no num_workers>=1 rows"
+    elif not step_on_host:
+        for k in ("step_straggler", "step_cores"):
+            fixed[k] = 0.0
+            notes[k] = "the step ran on the accelerator: it does not share the host's cores"
     fam = kf.model.to_numpy()
     cols = columns(kf)
     # 2a. the stamped stages on their CPU-time stamps (uncontended: thread time), when the rows have them
@@ -971,14 +996,14 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
     # alone do not tell one family's from another's (on a study whose rows lacked the workers' CPU,
     # a fold left one CNN run with a worker, loader-bound, and put the CNN's ν at 5.3), so rows
     # without it fit one ν for every step, as version 6 did
-    if (nw >= 1).any():
+    if (nw >= 1).any() and step_on_host:
         names += ([step_cores_name(f) for f in FAMILIES if ((fam == f) & (nw >= 1)).any()]
                   if use_m[nw >= 1].all() else ["step_cores"])
 
     def resid(q):
         q = {**p, **q}
         L = B * sample_time(q, cols)
-        parts = cycle(q, S_meas, L, tr, nw, cores, family=fam)
+        parts = cycle(q, S_meas, L, tr, nw, cores, step_on_host, family=fam)
         r = [np.log(parts["T"] / T_meas)]
         if use_c.any():
             r.append(np.log(parts["Sc"][use_c] / C_meas[use_c]))
@@ -1009,7 +1034,7 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
         recs.append({"param": nm, "value": float(v), "stderr": math.nan, "lo": math.nan, "hi": math.nan,
                      "fixed": True, "note": notes[nm], "description": DESCRIPTION.get(nm, _describe(nm))})
     table = pd.DataFrame(recs)
-    T_fit = cycle(p, step_time(p, kf), B * sample_time(p, kf), tr, nw, cores, family=fam)["T"]
+    T_fit = cycle(p, step_time(p, kf), B * sample_time(p, kf), tr, nw, cores, step_on_host, family=fam)["T"]
     y, yhat = np.log(B / T_meas), np.log(B / T_fit)
     ss_tot = float(((y - y.mean()) ** 2).sum())
     stats = {"n_configs": n, "n_residuals": int(len(lres.fun) + len(sres.fun) + len(gres.fun) + len(wres.fun)),
@@ -1165,7 +1190,8 @@ def components(model: CostModel, configs: pd.DataFrame, hierarchy: str | None = 
         # 1.19-1.67x a worker's at the same stages, and its own fit put the factor at 1.26 [1.07, 1.48])
     else:
         S = step_time(p, kf, _cell_terms(model, kf, flop_rate_name), _cell_terms(model, kf, weight_pass_name))
-        on_host = True
+        # a model fitted on an accelerator's rows predicts that accelerator: the step off the host
+        on_host = model.environment.get("platform", "cpu") == "cpu"
     if step_s is not None:
         S = np.asarray(step_s, float).reshape(-1)
         if S.shape != (len(kf),) or not (np.isfinite(S) & (S > 0)).all():

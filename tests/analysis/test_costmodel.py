@@ -34,7 +34,8 @@ def _true_model(params=None):
 
 
 def synthetic_rows(n: int = 24, seed: int = 0, noise: float = 0.0, params: dict | None = None,
-                   cpu_stamps: bool = False, worker_cpu: bool = False, contention: bool = False) -> pd.DataFrame:
+                   cpu_stamps: bool = False, worker_cpu: bool = False, contention: bool = False,
+                   platform: str = "cpu") -> pd.DataFrame:
     """Rows whose samples/s are the model's own cycle at ``params`` (TRUE; two repeats each); with
     ``cpu_stamps`` they carry the stamped stages' CPU seconds per sample as the loader writes them,
     with ``worker_cpu`` the worker processes' CPU per sample (``worker_time``; NaN without workers),
@@ -50,7 +51,9 @@ def synthetic_rows(n: int = 24, seed: int = 0, noise: float = 0.0, params: dict 
         "grad_accum_steps": 1, "prefetch_buffer_size": 2})
     cfg["width"] = np.where(cfg.model == "cnn", 16, 512)
     cfg["depth"] = np.where(cfg.model == "cnn", 3, 2)
-    comp = components(_true_model(params), cfg)
+    true_model = _true_model(params)
+    true_model.environment = {"platform": platform}  # on an accelerator the step is off the host
+    comp = components(true_model, cfg)
     if cpu_stamps:
         stages = stage_time(params or TRUE, features.knob_frame(cfg))
     rows = []
@@ -61,6 +64,7 @@ def synthetic_rows(n: int = 24, seed: int = 0, noise: float = 0.0, params: dict 
         d["repeat"] = rep
         d["status"] = "ok"
         d["cpu_count"] = 2
+        d["platform"] = platform
         d["samples_per_s"] = comp.bound_samples_per_s.to_numpy() * jit
         d["device_resident_samples_per_s"] = d.batch_size / comp.step_s.to_numpy()
         if cpu_stamps:  # split over the three stamps as the loader would (the fit reads their sum)
@@ -283,6 +287,28 @@ def test_off_the_host_the_main_process_stages_keep_their_factor():
     assert dev.loader_s_per_batch.iloc[0] == pytest.approx(host.loader_s_per_batch.iloc[0])
     assert dev.loader_s_per_batch.iloc[0] > components(plain, cfg, hierarchy="h100_sxm").loader_s_per_batch.iloc[0]
     assert "no cache spill" in dev.extrapolated.iloc[0] and "a worker's cost" not in dev.extrapolated.iloc[0]
+
+
+def test_rows_measured_on_an_accelerator_fit_the_step_off_the_host():
+    # A GPU's step does not share the host's cores: rows measured there fit no ν and no κ (both 0,
+    # said so in the table), the loader's terms are recovered, and the model predicts that machine
+    # with the step off the host; rows of two platforms are refused
+    rows = synthetic_rows(params=TRUE, platform="gpu")
+    model = costmodel.fit(rows)
+    t = model.table.set_index("param")
+    for k in ("step_straggler", "step_cores"):
+        assert model.params[k] == 0 and t.loc[k, "fixed"] and "accelerator" in t.loc[k, "note"]
+    assert not any(k.startswith("step_cores_") for k in model.params)
+    assert model.stats["median_abs_rel_error"] < 1e-3 and model.environment["platform"] == "gpu"
+    for k in ("sample_base_s", "batch_overhead_s", "augment_pass_s"):
+        assert model.params[k] == pytest.approx(TRUE[k], rel=0.05), k
+    comp = components(model, rows.drop_duplicates("config_id"))
+    np.testing.assert_allclose(comp.step_contended_s, comp.step_s)
+    # the same rows said to be a CPU's fit the step beside the workers: ν and κ free
+    on_cpu = costmodel.fit(rows.assign(platform="cpu")).table.set_index("param")
+    assert not on_cpu.loc["step_straggler", "fixed"] and not on_cpu.loc["step_cores", "fixed"]
+    with pytest.raises(costmodel.CostModelError, match="platforms cpu, gpu"):
+        costmodel.fit(pd.concat([rows, rows.assign(platform="cpu", config_id=rows.config_id + "c")]))
 
 
 def test_cpu_scale_carries_the_loader_costs_to_a_slower_host():
