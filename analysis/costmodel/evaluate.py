@@ -110,7 +110,8 @@ DEVICE_HIERARCHY = {"NVIDIA H100 80GB HBM3": "h100_sxm", "NVIDIA H100": "h100_sx
 def other_platform(model: CostModel, meas: pd.DataFrame, hierarchy: str | None) -> None:
     """Raises CostModelError when the rows ran on an accelerator, the model was fitted on CPU rows
     and no ``hierarchy`` says which accelerator to predict (the prediction would put the step on
-    the host's CPU); the message names the preset and the rows' cores to pass.
+    the host's CPU; the message names the preset and the rows' cores to pass), and when a model
+    fitted on an accelerator's rows meets a CPU's (it would keep the step off the host).
 
     >>> m = CostModel(params={}, table=None, stats={}, ranges={}, cpu_count=2, transfer={},
     ...               environment={"platform": "cpu"})
@@ -120,9 +121,18 @@ def other_platform(model: CostModel, meas: pd.DataFrame, hierarchy: str | None) 
     Traceback (most recent call last):
     ...
     analysis.costmodel.features.CostModelError: these rows ran on NVIDIA H200 (gpu) and the model was fitted on cpu rows: compare the what-if, --set hierarchy=h200 --set cpu_count=16
+    >>> m.environment = {"platform": "gpu", "device_kind": "NVIDIA H200"}
+    >>> other_platform(m, rows.assign(platform="cpu"), None)
+    Traceback (most recent call last):
+    ...
+    analysis.costmodel.features.CostModelError: these rows ran on the CPU and the model was fitted on NVIDIA H200 (gpu) rows, with the step off the host: fit a model on these rows ('costmodel fit')
     """
     fitted = model.environment.get("platform")
     plats = sorted({str(v) for v in meas.get("platform", pd.Series(dtype=object)).dropna()})
+    if fitted not in (None, "cpu") and plats == ["cpu"]:
+        raise CostModelError(f"these rows ran on the CPU and the model was fitted on "
+                             f"{model.environment.get('device_kind', '?')} ({fitted}) rows, with the step off the "
+                             f"host: fit a model on these rows ('costmodel fit')")
     if hierarchy is not None or fitted != "cpu" or not plats or plats == ["cpu"]:
         return
     kinds = sorted({str(v) for v in meas.get("device_kind", pd.Series(dtype=object)).dropna()})
