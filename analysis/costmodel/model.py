@@ -728,6 +728,10 @@ def _ranges(kf: pd.DataFrame) -> dict:
     r = {k: [float(kf[k].min()), float(kf[k].max())] for k in NUMERIC_KNOBS}
     r.update({k: sorted(map(str, kf[k].unique())) for k in CATEGORICAL_KNOBS})
     r["cells"] = sorted({f"{m}/{q}" for m, q in zip(kf.model, kf.precision)})
+    # the model's size per family: the quick study's CNN is 16 wide and its MLP 512, so a range over
+    # both would call a 512-wide CNN calibrated
+    r["by_family"] = {str(f): {k: [float(g[k].min()), float(g[k].max())] for k in FAMILY_SIZE_KNOBS}
+                      for f, g in kf.groupby("model")}
     return r
 
 
@@ -1086,6 +1090,10 @@ def _device_weights(hierarchy: str, kf: pd.DataFrame) -> np.ndarray:
     return np.array([3.0 * (2.0 if q == "bf16" else 4.0) / hbm.bandwidth_Bps for q in kf.precision])
 
 
+#: knobs whose calibrated range is kept per model family as well (``ranges['by_family']``)
+FAMILY_SIZE_KNOBS = ("width", "depth")
+
+
 def extrapolation(model: CostModel, kf: pd.DataFrame) -> list[str]:
     """Per configuration, why it lies outside the calibrated range ('' when inside)."""
     r = model.ranges
@@ -1097,6 +1105,10 @@ def extrapolation(model: CostModel, kf: pd.DataFrame) -> list[str]:
             v = float(kf[k].iloc[i])
             if v < lo - 1e-9 or v > hi + 1e-9:
                 why.append(f"{k}={v:g} outside [{lo:g}, {hi:g}]")
+            elif k in FAMILY_SIZE_KNOBS and str(kf.model.iloc[i]) in r.get("by_family", {}):
+                flo, fhi = r["by_family"][str(kf.model.iloc[i])][k]
+                if v < flo - 1e-9 or v > fhi + 1e-9:
+                    why.append(f"{k}={v:g} outside [{flo:g}, {fhi:g}] for {kf.model.iloc[i]}")
         for k in CATEGORICAL_KNOBS:
             if str(kf[k].iloc[i]) not in r[k]:
                 why.append(f"{k}={kf[k].iloc[i]} not measured")

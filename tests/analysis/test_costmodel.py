@@ -311,6 +311,20 @@ def test_rows_measured_on_an_accelerator_fit_the_step_off_the_host():
         costmodel.fit(pd.concat([rows, rows.assign(platform="cpu", config_id=rows.config_id + "c")]))
 
 
+def test_a_model_size_is_calibrated_per_family():
+    # the rows' CNN is 16 wide and their MLP 512: a 512-wide CNN is outside what was measured, though
+    # 512 is inside the range over both families
+    model = costmodel.fit(synthetic_rows(params=ONE_NU))
+    assert model.ranges["width"] == [16.0, 512.0] and model.ranges["by_family"]["cnn"]["width"] == [16.0, 16.0]
+    cfg = pd.DataFrame({"model": ["cnn", "cnn", "mlp"], "width": [16, 512, 512], "depth": [3, 3, 2],
+                        "prefetch_buffer_size": 2})
+    ext = components(model, cfg).extrapolated.tolist()
+    assert ext[0] == "" and ext[2] == "" and ext[1] == "width=512 outside [16, 16] for cnn"
+    # a model saved before the per-family ranges were kept flags nothing new
+    model.ranges.pop("by_family")
+    assert components(model, cfg).extrapolated.tolist() == ["", "", ""]
+
+
 def test_cpu_scale_carries_the_loader_costs_to_a_slower_host():
     m = _true_model({**TRUE, "stage_base_s": 3e-5, "stage_pixel_s": 4e-6})
     cfg = pd.DataFrame({"model": ["mlp", "cnn"], "num_workers": [0, 2], "image_size": [32, 16],
