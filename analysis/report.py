@@ -112,7 +112,7 @@ class StudyResults:
             p = path / name
             return json.loads(p.read_text()) if p.exists() else {}
 
-        memory = pd.read_csv(path / "memory.csv") if (path / "memory.csv").exists() else None
+        memory = pd.read_csv(path / "memory.csv", dtype={"config_id": str}) if (path / "memory.csv").exists() else None
         return cls(path=path, rows=rows, runs=runs, config=read_json("config.json"), meta=read_json(STUDY_FILE),
                    probe_raw=_csv(path / "probe" / "rows.csv"), scaling_rows=_csv(path / "scaling" / "rows.csv"),
                    memory=memory)

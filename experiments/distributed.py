@@ -660,7 +660,7 @@ def launch(cfg: TrainConfig, num_processes: int, *, per_process: dict[int, dict]
         frames = {}
         for name in ("processes", "steps", "grain_stats"):
             p = d / f"{name}.csv"
-            frames[name] = pd.read_csv(p) if p.exists() and p.stat().st_size > 1 else pd.DataFrame()
+            frames[name] = pd.read_csv(p, dtype={"config_id": str}) if p.exists() and p.stat().st_size > 1 else pd.DataFrame()
         return MultiResult(row, frames["processes"], frames["steps"], frames["grain_stats"])
 
     spec = {"mode": "train", "base_config": dataclasses.asdict(base),

@@ -317,9 +317,12 @@ def read_csv_rows(path: Path) -> pd.DataFrame:
         text = text[: text.rfind(b"\n") + 1]  # an unfinished last line from a killed writer
     if not text.strip():
         return pd.DataFrame()
-    df = pd.read_csv(io.BytesIO(text), keep_default_na=True)
-    if schema_path.exists():
-        schema = json.loads(schema_path.read_text())
+    schema = json.loads(schema_path.read_text()) if schema_path.exists() else {}
+    # text columns are read as text: left to inference, a config_id such as '20644e397835' became the
+    # float inf (and '012345678901' an int), and a resumed sweep ran its finished pair again
+    as_text = {c: str for c, dt in schema.items() if dt == "string"} | {"config_id": str}
+    df = pd.read_csv(io.BytesIO(text), keep_default_na=True, dtype=as_text)
+    if schema:
         for col, dt in schema.items():
             if col not in df:
                 continue

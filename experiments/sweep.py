@@ -298,7 +298,7 @@ def collect(d: Path, rc: int) -> dict:
         out = {"row": json.loads((d / "row.json").read_text())}
         for name in ("steps", "grain_stats", "processes"):
             p = d / f"{name}.csv"
-            out[name] = pd.read_csv(p) if p.exists() and p.stat().st_size > 1 else pd.DataFrame()
+            out[name] = pd.read_csv(p, dtype={"config_id": str}) if p.exists() and p.stat().st_size > 1 else pd.DataFrame()
         return out
     if (d / "error.json").exists():
         return {"error": json.loads((d / "error.json").read_text())["error"]}

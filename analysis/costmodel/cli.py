@@ -92,7 +92,7 @@ def cmd_predict(args) -> int:
     if args.configs:
         if not Path(args.configs).is_file():
             raise CostModelError(f"--configs {args.configs!r}: no such file")
-        configs = pd.read_csv(args.configs)
+        configs = pd.read_csv(args.configs, dtype={"config_id": str})
         if "config_id" in configs and "repeat" in configs:  # a measured rows.csv: one row per configuration
             configs = configs.drop_duplicates("config_id")
     else:
@@ -158,7 +158,7 @@ def _calibration_stage_probe(model) -> pd.DataFrame | None:
     if not model.sources:
         return None
     path = Path(model.sources[0]) / "stage_probe" / "rows.csv"
-    return pd.read_csv(path) if path.is_file() else None
+    return pd.read_csv(path, dtype={"config_id": str}) if path.is_file() else None
 
 
 def cmd_compare(args) -> int:
@@ -304,7 +304,7 @@ def base_config(model, base_csv: str | None, what: str) -> pd.DataFrame:
     if base_csv:
         if not Path(base_csv).is_file():
             raise CostModelError(f"--base {base_csv!r}: no such file")
-        base = pd.read_csv(base_csv)
+        base = pd.read_csv(base_csv, dtype={"config_id": str})
         base = base.drop_duplicates("config_id") if "config_id" in base else base
     else:
         if not model.sources or not (Path(model.sources[0]) / "rows.csv").is_file():

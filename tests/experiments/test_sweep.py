@@ -331,3 +331,20 @@ def test_stale_sweep_folders_are_removed_and_live_ones_kept(tmp_path):
         (d / "xla-cache").mkdir(parents=True)
     assert sweep.remove_stale_dirs(str(tmp_path)) == [str(stale)]
     assert not stale.exists() and live.exists() and other.exists()
+
+
+def test_config_ids_that_look_like_numbers_are_read_back_as_written(tmp_path):
+    # a 12-hex config_id can be all digits, or digits around one 'e' (a float's exponent): read by
+    # inference, '20644e397835' came back as inf beside an ordinary id, and a resumed sweep ran that
+    # finished pair again
+    ids = ["20644e397835", "8f59a68c3220", "012345678901", "1e5"]
+    w = results.RowWriter(tmp_path)
+    for i, cid in enumerate(ids):
+        w.append({"config_id": cid, "repeat": 0, "status": "ok", "samples_per_s": 1.0 + i})
+    back = results.read_csv_rows(tmp_path / "rows.csv")
+    assert back.config_id.tolist() == ids
+    assert results.done_pairs(tmp_path) == {(cid, 0) for cid in ids}
+    # every id numeric-looking, and no column schema beside the rows: still text
+    (tmp_path / "rows.columns.json").unlink()
+    (tmp_path / "rows.csv").write_text("config_id,repeat\n20644e397835,0\n012345678901,1\n")
+    assert results.read_csv_rows(tmp_path / "rows.csv").config_id.tolist() == ["20644e397835", "012345678901"]
