@@ -12,6 +12,7 @@ that fails is recorded and its report section says so; a section that fails make
 from __future__ import annotations
 
 import dataclasses
+import json
 import signal
 import sys
 import time
@@ -133,7 +134,6 @@ def _stage(errors: dict, name: str, fn, *args):
 def prior_stage_s(out: Path) -> dict:
     """The seconds per stage an earlier run of this study folder measured (its ``study.json``,
     written at the end or when interrupted), or {} for a new folder or an unreadable file."""
-    import json
     try:
         stage_s = json.loads((out / "study.json").read_text()).get("stage_s", {})
     except (OSError, ValueError, AttributeError):

@@ -155,10 +155,11 @@ def parse_sets(items: list[str], knobs: bool = True) -> tuple[dict, dict]:
 
 def _calibration_stage_probe(model) -> pd.DataFrame | None:
     """The stage probe of the first folder the model was fitted on, when it is at hand."""
+    from experiments.results import read_csv_rows
     if not model.sources:
         return None
     path = Path(model.sources[0]) / "stage_probe" / "rows.csv"
-    return pd.read_csv(path, dtype={"config_id": str}) if path.is_file() else None
+    return read_csv_rows(path) if path.is_file() else None
 
 
 def cmd_compare(args) -> int:
