@@ -69,6 +69,11 @@ class ProbeConfig:
     max_seconds_per_size: float = 5.0  # a slower size ends that probe's sweep ("not measured" rows)
     cold_method: Literal["fadvise", "o_direct"] = "fadvise"
     matmul_sizes: tuple[int, ...] = (128, 256, 512, 1024)
+    #: the matmuls' sizes on an accelerator (a GPU or TPU backend): the CPU's are launch-bound there.
+    #: On an H200 (2026-11-26, ``results/nvidia-h200``) n ≤ 1024 took 2n³ flops in about the time of
+    #: one kernel launch: the bf16 fit was "not fitted" and the fp32 fit's R² negative. At n = 8192 a
+    #: bf16 matmul is 1.1 TFLOP, about a millisecond at the datasheet rate.
+    accelerator_matmul_sizes: tuple[int, ...] = (1024, 2048, 4096, 8192)
     tmp_dir: str = ""               # "" = the system temp dir; the file probes write one file there
     seed: int = 0
 
@@ -89,24 +94,34 @@ class ProbeConfig:
               "must be > 0 seconds")
         check(all(n >= 1 for n in self.matmul_sizes), "matmul_sizes",
               ",".join(map(str, self.matmul_sizes)), "matrix sizes must be >= 1")
+        check(all(n >= 1 for n in self.accelerator_matmul_sizes), "accelerator_matmul_sizes",
+              ",".join(map(str, self.accelerator_matmul_sizes)), "matrix sizes must be >= 1")
         check(self.tmp_dir == "" or os.path.isdir(self.tmp_dir), "tmp_dir", self.tmp_dir,
               "is not an existing directory; create it or leave it empty for the system temp dir")
+
+    def matmul_sizes_on(self, platform: str) -> tuple[int, ...]:
+        """The matmul sizes measured on ``platform`` ('cpu', 'gpu', 'tpu', ...)."""
+        return self.matmul_sizes if platform == "cpu" else self.accelerator_matmul_sizes
 
 
 def smoke() -> ProbeConfig:
     """A few seconds: tiny sizes, for tests."""
-    return ProbeConfig(max_bytes=256 * KiB, repeats=2, warmup=1, matmul_sizes=(16, 32, 64))
+    return ProbeConfig(max_bytes=256 * KiB, repeats=2, warmup=1, matmul_sizes=(16, 32, 64),
+                       accelerator_matmul_sizes=(64, 128, 256))
 
 
 def quick() -> ProbeConfig:
-    """Under a minute on a 2-core CPU: 4 KiB … 256 MiB by ×4, 5 repeats."""
+    """Under a minute on a 2-core CPU: 4 KiB … 256 MiB by ×4, 5 repeats; matmuls n = 128 … 1024 on
+    the CPU, 1024 … 8192 on an accelerator."""
     return ProbeConfig(repeats=5, warmup=1)
 
 
 def full() -> ProbeConfig:
-    """Denser and longer: 4 KiB … 1 GiB by ×2, 7 repeats, matmuls up to 2048."""
+    """Denser and longer: 4 KiB … 1 GiB by ×2, 7 repeats, matmuls up to 2048 (16384 on an
+    accelerator)."""
     return ProbeConfig(max_bytes=1 * GiB, size_factor=2, repeats=7, warmup=2,
-                       max_seconds_per_size=20.0, matmul_sizes=(128, 256, 512, 1024, 1536, 2048))
+                       max_seconds_per_size=20.0, matmul_sizes=(128, 256, 512, 1024, 1536, 2048),
+                       accelerator_matmul_sizes=(1024, 2048, 4096, 8192, 16384))
 
 
 PRESETS: dict[str, Callable[[], ProbeConfig]] = {"smoke": smoke, "quick": quick, "full": full}
@@ -524,7 +539,7 @@ def _device_probes(rec: _Recorder, cfg: ProbeConfig, sz: list[int]) -> None:
 
         itemsize = jnp.dtype(dtype).itemsize
         # The "size" of a matmul row is the operand bytes (3 n² items); the fit uses flops = 2n³.
-        sizes_n = list(cfg.matmul_sizes)
+        sizes_n = list(cfg.matmul_sizes_on(platform))
         for i, n in enumerate(sizes_n):
             worst = 0.0
             for w in range(cfg.warmup):

@@ -54,7 +54,7 @@ def test_smoke_rows_are_tidy_and_cover_every_probe(smoke_run):
     np.testing.assert_allclose(tr["bandwidth_Bps"], tr["size_bytes"] / tr["seconds"])
     assert tr["flop_rate"].isna().all() and mm["bandwidth_Bps"].isna().all()
     n = np.round(np.cbrt(mm["flops"] / 2))
-    assert set(n) == set(cfg.matmul_sizes)
+    assert set(n) == set(cfg.matmul_sizes_on(raw["platform"].iloc[0]))
     np.testing.assert_allclose(mm["flop_rate"], 2 * n**3 / mm["seconds"])
     # every size of every transfer probe is measured `repeats` times
     per = ok[~ok["probe"].str.startswith("matmul")].groupby(["probe", "size_bytes"]).size()
@@ -200,6 +200,7 @@ def test_fit_links_gives_alpha_beta_r2_per_link(smoke_run):
     ({"cold_method": "dd"}, "cold_method='dd'"),
     ({"tmp_dir": "/no/such/dir"}, "tmp_dir='/no/such/dir'"),
     ({"repeat": "3"}, "unknown config key 'repeat'"),
+    ({"accelerator_matmul_sizes": "1024,0"}, "accelerator_matmul_sizes='1024,0'"),
 ])
 def test_config_errors_name_the_key(over, match):
     with pytest.raises(ConfigError, match=match):
@@ -219,6 +220,11 @@ def test_presets_sweep_what_they_promise():
     s, q, f = probes.smoke(), probes.quick(), probes.full()
     assert s.repeats <= q.repeats <= f.repeats
     assert max(s.matmul_sizes) <= max(q.matmul_sizes) <= max(f.matmul_sizes)
+    assert max(s.accelerator_matmul_sizes) <= max(q.accelerator_matmul_sizes) <= max(f.accelerator_matmul_sizes)
+    # an accelerator's matmuls are larger than the CPU's: n <= 1024 was launch-bound on an H200
+    for c in (q, f):
+        assert c.matmul_sizes_on("cpu") == c.matmul_sizes
+        assert min(c.matmul_sizes_on("gpu")) >= 1024 and c.matmul_sizes_on("gpu") == c.matmul_sizes_on("tpu")
     # the quick sweep reaches past a 64 MiB last-level cache (4 KiB … 256 MiB, as its docstring says)
     assert sweeps["quick"][0] == 4 * 2**10 and sweeps["quick"][-1] == 256 * 2**20
 
