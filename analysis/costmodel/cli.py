@@ -192,7 +192,8 @@ def cmd_compare(args) -> int:
             print(f"note: this folder's stage probe spent {ratio['median']:.2f}x (per combination "
                   f"{ratio['min']:.2f}-{ratio['max']:.2f}, {ratio['n']} combinations) the CPU of the model's first "
                   f"folder's on the same stages; --set cpu_scale={ratio['median']:.2f} carries the model's loader "
-                  f"costs to this host", file=sys.stderr)
+                  f"costs to this host by that ratio (it cut the what-if's median error on an H200 host and raised "
+                  f"it on an H100 host: results/nvidia-h100/README.md)", file=sys.stderr)
     print(cmp[["config_id", "measured", "measured_lo", "measured_hi", "predicted", "rel_error", "within_noise",
                "bottleneck"]].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     w = worst(cmp)

@@ -152,6 +152,12 @@ def host_stage_ratio(calibrated: pd.DataFrame | None, target: pd.DataFrame | Non
     ``--set cpu_scale=`` takes to carry a model's loader costs to the target host: measured on the
     stages alone, independently of the rows the prediction is compared with.
 
+    It is ten seconds of one thread on a shared host, and a host's pipeline need not follow it.
+    Checked with the 2-core studies' models predicting two GPU hosts' quick studies (median |rel
+    error|, without → with the ratio): on an H200 host, whose runs were slow as its probe said,
+    19–32% → 9–15% (``results/nvidia-h200``); on an H100 host whose probe said 1.18–1.27× but whose
+    runs were not slower, 11.5–12.4% → 12.4–23.1% (``results/nvidia-h100``).
+
     >>> a = pd.DataFrame({"source": ["ram", "ram"], "image_size": [16, 32], "augment_cost": [0, 0],
     ...                   "read_cpu_s_per_sample": [1e-4, 2e-4], "decode_cpu_s_per_sample": [0.0, 0.0],
     ...                   "augment_cpu_s_per_sample": [0.0, 0.0], "status": ["ok", "ok"]})

@@ -466,7 +466,9 @@ def step_time(p: dict, kf: pd.DataFrame, rates: np.ndarray | None = None,
     loop = np.array([p.get(f"accum_loop_{m}", 1.0) for m in kf.model]) ** (accum > 1)
     params = np.asarray(kf.params, float)
     flops = micro * np.asarray(kf.flops_per_sample) / rates * spill_factor(p, kf)
-    return (accum * loop * (p["step_overhead_s"] + weights * params + flops)
+    # a family's own fixed cost where it has one (an accelerator's: DEVICE_STEP_OVERHEAD_S)
+    fixed = np.array([p.get(f"step_overhead_s_{m}", p["step_overhead_s"]) for m in kf.model])
+    return (accum * loop * (fixed + weights * params + flops)
             + p["update_s_per_param"] * params)
 
 
@@ -1065,15 +1067,27 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
 
 # --------------------------------------------------------------------------------- prediction
 
-#: datasheet compute rates of the accelerators ``whatif --set hierarchy=...`` knows (dense FLOP/s)
+#: datasheet compute rates of the accelerators ``whatif --set hierarchy=...`` knows (dense FLOP/s).
+#: fp32 is the TF32 tensor-core rate: JAX's default matmul precision runs fp32 dots there. The H100
+#: host's matmul_fp32 probe (``results/nvidia-h100/study/probe``, n up to 8192) fitted 3.86e14
+#: FLOP/s, 5.8x the 67e12 of the datasheet's FP32 (non-tensor) line and 78% of TF32's 494e12.
 DEVICE_FLOPS = {
-    "h100_sxm": {"fp32": 67e12, "bf16": 989e12, "source": "NVIDIA H100 SXM5 datasheet (dense)"},
-    "h200": {"fp32": 67e12, "bf16": 989e12, "source": "NVIDIA H200 datasheet (dense; same GH100 compute)"},
+    "h100_sxm": {"fp32": 494e12, "bf16": 989e12, "source": "NVIDIA H100 SXM5 datasheet (dense; fp32 = TF32)"},
+    "h200": {"fp32": 494e12, "bf16": 989e12, "source": "NVIDIA H200 datasheet (dense; fp32 = TF32; same GH100 compute)"},
 }
-#: assumed, not measured: the share of datasheet FLOP/s a small model reaches, and the launch
-#: cost per micro-batch on a GPU
+#: assumed, not measured: the share of datasheet FLOP/s a small model reaches
 DEVICE_EFFICIENCY = 0.3
-DEVICE_STEP_OVERHEAD_S = 1e-4
+#: measured: a micro-batch's fixed cost on a GPU (the jitted step's dispatch and kernel launches)
+#: and the factor on a micro-batch's time when the step accumulates, per model family. Fitted on
+#: the step probe of the H200 host's quick study (``results/nvidia-h200``: 40 shapes, with the
+#: datasheet compute and HBM terms above) and checked on the H100 host's (``results/nvidia-h100``):
+#: the step's median |rel error| there went from 64% (an assumed 0.1 ms for both families and the
+#: CPU model's accumulation factor) to 11.5%, max 82% → 54% (on its runs' own device-resident
+#: bounds 51% → 7.6%, max 84% → 29%). These small models' steps are
+#: launch-bound on both GPUs (0.2-1.0 ms measured, of which the FLOPs are microseconds), so the
+#: fixed cost is most of them; the CNN has more kernels than the MLP.
+DEVICE_STEP_OVERHEAD_S = {"mlp": 2.5e-4, "cnn": 5.5e-4}
+DEVICE_ACCUM_LOOP = {"mlp": 0.68, "cnn": 0.74}
 
 
 def _device_rates(hierarchy: str, kf: pd.DataFrame) -> np.ndarray:
@@ -1194,7 +1208,9 @@ def components(model: CostModel, configs: pd.DataFrame, hierarchy: str | None = 
         transfer = {"alpha_s": link.latency_s, "beta_Bps": link.bandwidth_Bps,
                     "source": f"{hierarchy} ram->hbm link (memsim.machines)"}
         q = {**{k: v for k, v in p.items() if not k.startswith("spill_")},  # a host CPU's caches
-             "step_overhead_s": DEVICE_STEP_OVERHEAD_S, "update_s_per_param": 0.0}
+             "update_s_per_param": 0.0,  # inside the measured fixed cost on the GPU
+             **{f"step_overhead_s_{f}": DEVICE_STEP_OVERHEAD_S[f] for f in FAMILIES},
+             **{f"accum_loop_{f}": DEVICE_ACCUM_LOOP[f] for f in FAMILIES}}
         S = step_time(q, kf, _device_rates(hierarchy, kf), _device_weights(hierarchy, kf))
         on_host = False
         # stage_main_scale is kept: the main process's stages cost more than a worker's with the
@@ -1223,7 +1239,8 @@ def components(model: CostModel, configs: pd.DataFrame, hierarchy: str | None = 
     if hierarchy is not None:
         ext = [("; ".join(filter(None, [e, f"hierarchy={hierarchy}: step from datasheet FLOP/s × "
                                            f"{DEVICE_EFFICIENCY} (assumed) and the weights' pass at the "
-                                           f"datasheet's HBM bandwidth, not measured; no cache spill (the "
+                                           f"datasheet's HBM bandwidth, not measured, with a fixed cost per "
+                                           f"micro-batch measured on an H200 host; no cache spill (the "
                                            f"step off the host)"])))
                for e in ext]
     if cpu_scale is not None:
