@@ -38,7 +38,8 @@ def pcie_bandwidth_Bps(gen: int, lanes: int = 16) -> float:
 
 # Efficiency of a pinned DMA over PCIe relative to the theoretical rate: transaction-layer packet
 # headers, flow control and DLLPs leave ~80-90 %; ``bandwidthTest`` / ``nvbandwidth`` results are
-# typically about 80 % of theoretical. An assumption until probes on the machine replace it.
+# typically about 80 % of theoretical. An assumption for the 2020 workstation; on two Hopper cloud
+# hosts this project's probes measured 66-68 % (HOPPER_MEASURED below replaces it there).
 PINNED_PCIE_EFFICIENCY = 0.8
 
 
@@ -111,16 +112,37 @@ def workstation_2020() -> Hierarchy:
                      "textbook figures for a 2020 workstation; prices approximate street prices")
 
 
+#: Host-side links of the two Hopper presets, measured by this project's probes
+#: (``python -m analysis links DIR/probe``) on two cloud hosts: an H100 SXM
+#: (``results/nvidia-h100``) and an H200 (``results/nvidia-h200``), each a KVM guest with 16 cores
+#: of an Intel Xeon (6/207/2). Geometric means of the two; (H100, H200) in each comment. They
+#: replace assumptions (PINNED_PCIE_EFFICIENCY × 63 GB/s = 50.4 GB/s pinned, 20 GB/s one-thread
+#: memcpy, 10 µs per transfer, device → host at the pinned rate) that were 1.2–18× off there.
+HOPPER_MEASURED = {
+    "pinned_h2d_Bps": 42.2e9,    # h2d_pinned: 41.8, 42.6 GB/s (67% of PCIe 5.0 x16's 63 GB/s)
+    "pinned_h2d_s": 212e-6,      # its α: 149, 301 µs (jax.device_put's dispatch included)
+    "pageable_h2d_Bps": 6.0e9,   # h2d_pageable: 7.36, 4.86 GB/s (what device_put of a numpy array gets)
+    "pageable_h2d_s": 161e-6,    # its α: 124, 210 µs
+    "d2h_Bps": 2.85e9,           # d2h (np.asarray of a device array): 2.80, 2.91 GB/s
+    "d2h_s": 288e-6,             # its α: 256, 324 µs
+    "memcpy_Bps": 11.0e9,        # ram_copy: 11.8, 10.2 GB/s
+    "page_cache_read_Bps": 7.7e9,  # file_read_warm: 9.87, 5.97 GB/s
+}
+
+
 def _hopper(name: str, hbm_bytes: float, hbm_Bps: float, hbm_source: str) -> Hierarchy:
-    # Host side modelled on the DGX H100 (NVIDIA DGX H100 datasheet): 2 TB DDR5 on two Xeon
-    # Platinum 8480C sockets, 8 channels of DDR5-4800 each (8 × 38.4 GB/s = 307 GB/s per socket;
-    # one GPU sits behind one socket); NVMe data drives of 3.84 TB (one drive modelled: PCIe 4.0 x4,
-    # about 7 GB/s sequential read on spec sheets). A single host memcpy stream is far below the
-    # socket's peak: 20 GB/s is assumed for one thread copying into the bounce buffer.
-    host_Bps, memcpy = 307.2e9, 20e9
-    pcie = pcie_bandwidth_Bps(5)
-    pinned = PINNED_PCIE_EFFICIENCY * pcie
+    # Tiers from the datasheets: the GPU's (HBM, L2) and the DGX H100's host (2 TB DDR5 on two
+    # Xeon Platinum 8480C sockets, 8 channels of DDR5-4800 each: 307 GB/s per socket; NVMe data
+    # drives of 3.84 TB, one modelled: PCIe 4.0 x4, about 7 GB/s sequential on spec sheets).
+    # Links between host memory and the GPU, and the host's copies, as measured (HOPPER_MEASURED):
+    # the staged pageable path stays the store-and-forward of a copy into a pinned bounce buffer
+    # and the pinned DMA, its copy at the rate the measured pageable transfer implies
+    # (1 / (1/6.0 - 1/42.2) = 7.0 GB/s; slower than the 11 GB/s plain memcpy).
+    m = HOPPER_MEASURED
+    host_Bps, memcpy, pinned = 307.2e9, m["memcpy_Bps"], m["pinned_h2d_Bps"]
+    bounce = 1.0 / (1.0 / m["pageable_h2d_Bps"] - 1.0 / pinned)
     l2_Bps = 2 * hbm_Bps
+    probes = "probes of two Hopper cloud hosts (memsim.machines.HOPPER_MEASURED)"
     tiers = (
         Tier("l2", 50 * MB, l2_Bps, 0.1e-6, None, None,
              "50 MB L2 (NVIDIA Hopper whitepaper); bandwidth not published: assumed 2 x HBM"),
@@ -132,19 +154,19 @@ def _hopper(name: str, hbm_bytes: float, hbm_Bps: float, hbm_source: str) -> Hie
     )
     links = (
         Link("nvme", "page_cache", 7 * GB, 80e-6, source="NVMe sequential rate, QD1 latency"),
-        Link("page_cache", "ram", memcpy, 1e-6, source="one-thread memcpy (assumed)"),
-        Link("page_cache", "pinned_host", memcpy, 1e-6, source="one-thread memcpy (assumed)"),
-        Link("ram", "ram", memcpy, 1e-6, source="one-thread memcpy (assumed)"),
-        Link("ram", "pinned_host", memcpy, 1e-6, source="one-thread memcpy (assumed)"),
-        Link("pinned_host", "hbm", pinned, 10e-6, "pinned_host",
-             "PCIe 5.0 x16 (63 GB/s) x PINNED_PCIE_EFFICIENCY"),
-        Link("ram", "hbm", _pageable(memcpy, pinned), 10e-6, "unpinned_host",
-             "staged: memcpy to bounce buffer + pinned DMA, store-and-forward"),
-        Link("hbm", "ram", pinned, 10e-6, source="PCIe 5.0 x16 x PINNED_PCIE_EFFICIENCY"),
+        Link("page_cache", "ram", m["page_cache_read_Bps"], 1e-6, source=f"warm file read: {probes}"),
+        Link("page_cache", "pinned_host", m["page_cache_read_Bps"], 1e-6, source=f"warm file read: {probes}"),
+        Link("ram", "ram", memcpy, 1e-6, source=f"memcpy: {probes}"),
+        Link("ram", "pinned_host", bounce, 1e-6,
+             source=f"the staging copy the measured pageable transfer implies: {probes}"),
+        Link("pinned_host", "hbm", pinned, m["pinned_h2d_s"], "pinned_host", f"pinned host->device: {probes}"),
+        Link("ram", "hbm", m["pageable_h2d_Bps"], m["pageable_h2d_s"], "unpinned_host",
+             f"pageable host->device (staged: copy to a bounce buffer + pinned DMA): {probes}"),
+        Link("hbm", "ram", m["d2h_Bps"], m["d2h_s"], source=f"device->host into pageable memory: {probes}"),
         Link("hbm", "hbm", hbm_Bps / 2, 5e-6, source="device copy: half of HBM bandwidth"),
     )
     return Hierarchy(tiers, links, name,
-                     f"{hbm_source}; host side from the DGX H100 datasheet; PCIe efficiency assumed")
+                     f"{hbm_source}; host from the DGX H100 datasheet; host links measured on two Hopper hosts")
 
 
 def h100_sxm() -> Hierarchy:
@@ -155,10 +177,11 @@ def h100_sxm() -> Hierarchy:
     - l2: 50 MB (NVIDIA H100 Tensor Core GPU Architecture whitepaper). NVIDIA publishes no L2
       bandwidth; 2 × HBM is assumed (order of magnitude only).
     - host link: PCIe Gen5 x16, 63.0 GB/s per direction theoretical (:func:`pcie_bandwidth_Bps`).
-      Measured host→device is lower and depends on the host buffer, so two links are modelled:
-      ``pinned_host -> hbm`` at PINNED_PCIE_EFFICIENCY × 63 GB/s (≈ 50 GB/s), and
-      ``ram -> hbm`` (pageable) as a memcpy into a pinned bounce buffer followed by the DMA,
-      store-and-forward: 1 / (1/20 GB/s + 1/50 GB/s) ≈ 14 GB/s. Calibrate with the probes.
+      Measured host→device is lower and depends on the host buffer, so two links are modelled, at
+      what this project's probes measured on two Hopper cloud hosts (:data:`HOPPER_MEASURED`):
+      ``pinned_host -> hbm`` 42.2 GB/s (67% of 63), and ``ram -> hbm`` (pageable, what
+      ``jax.device_put`` of a numpy array gets) 6.0 GB/s, the store-and-forward of a copy into a
+      pinned bounce buffer and the DMA. Device → host (``hbm -> ram``) 2.85 GB/s.
     - host: 2 TB DDR5 at 307 GB/s per socket, one 3.84 TB NVMe drive at 7 GB/s (DGX H100
       datasheet; drive spec sheets).
 
@@ -167,7 +190,7 @@ def h100_sxm() -> Hierarchy:
         >>> h.tier("hbm").capacity_bytes, h.tier("hbm").bandwidth_Bps
         (80000000000.0, 3350000000000.0)
         >>> round(h.link("pinned_host", "hbm").bandwidth_Bps / 1e9, 1), round(h.link("ram", "hbm").bandwidth_Bps / 1e9, 1)
-        (50.4, 14.3)
+        (42.2, 6.0)
     """
     return _hopper("h100_sxm", 80 * GB, 3.35 * TB, "NVIDIA H100 datasheet (SXM5): 80 GB HBM3, 3.35 TB/s")
 
