@@ -466,9 +466,7 @@ def step_time(p: dict, kf: pd.DataFrame, rates: np.ndarray | None = None,
     loop = np.array([p.get(f"accum_loop_{m}", 1.0) for m in kf.model]) ** (accum > 1)
     params = np.asarray(kf.params, float)
     flops = micro * np.asarray(kf.flops_per_sample) / rates * spill_factor(p, kf)
-    # a family's own fixed cost where it has one (an accelerator's: DEVICE_STEP_OVERHEAD_S)
-    fixed = np.array([p.get(f"step_overhead_s_{m}", p["step_overhead_s"]) for m in kf.model])
-    return (accum * loop * (fixed + weights * params + flops)
+    return (accum * loop * (p["step_overhead_s"] + weights * params + flops)
             + p["update_s_per_param"] * params)
 
 
@@ -1209,7 +1207,7 @@ def components(model: CostModel, configs: pd.DataFrame, hierarchy: str | None = 
                     "source": f"{hierarchy} ram->hbm link (memsim.machines)"}
         q = {**{k: v for k, v in p.items() if not k.startswith("spill_")},  # a host CPU's caches
              "update_s_per_param": 0.0,  # inside the measured fixed cost on the GPU
-             **{f"step_overhead_s_{f}": DEVICE_STEP_OVERHEAD_S[f] for f in FAMILIES},
+             "step_overhead_s": np.array([DEVICE_STEP_OVERHEAD_S[m] for m in kf.model]),  # per configuration
              **{f"accum_loop_{f}": DEVICE_ACCUM_LOOP[f] for f in FAMILIES}}
         S = step_time(q, kf, _device_rates(hierarchy, kf), _device_weights(hierarchy, kf))
         on_host = False
