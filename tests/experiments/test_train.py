@@ -405,3 +405,37 @@ def test_machine_window_sees_a_process_that_is_not_the_runs():
             pass
     assert got["foreign_cpu_cores"] > 0.5, got
     assert 0.0 <= got["steal_frac"] < 1.0
+
+
+def _hold_memory(mib, ready, release):
+    block = np.ones(mib << 18, np.float32)  # mib MiB, touched
+    ready.set()
+    release.wait(30)
+    del block
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="the kernel's peak RSS marks are Linux's /proc")
+def test_host_sampler_peak_counts_memory_freed_between_reads_in_this_process_and_a_child():
+    """The peak is the kernel's high-water mark, not a read of the current RSS: 300 MiB allocated and
+    freed between two reads, and a child's 200 MiB, are in it (reads every 60 s: only start and stop
+    read). A sampler of the current RSS would have seen neither the freed block nor, after the child
+    ended, the child."""
+    import multiprocessing as mp
+    s = train.HostSampler(period_s=60).start()
+    base = s.peak_rss
+    block = np.ones(300 << 18, np.float32)
+    del block
+    ctx = mp.get_context("spawn")
+    ready, release = ctx.Event(), ctx.Event()
+    child = ctx.Process(target=_hold_memory, args=(200, ready, release))
+    child.start()
+    try:
+        assert ready.wait(60)
+        s.stop()  # the child is alive at the last read, as the loader's workers are
+    finally:
+        release.set()
+        child.join(30)
+    own, kid = s._peaks[os.getpid()], s._peaks[child.pid]
+    assert own >= base + (300 << 20) * 0.95
+    assert kid >= (200 << 20) * 0.95
+    assert s.peak_rss >= own + kid  # and any other child (multiprocessing's resource tracker)
