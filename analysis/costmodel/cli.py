@@ -118,6 +118,14 @@ def _print_parts(s: dict) -> None:
         print(f"identical work: the stamped augmentation's CPU per sample differed between a configuration's "
               f"repeats by a median {s['median_work_spread']:.1%}, max {s['max_work_spread']:.1%} (the machine's own "
               f"steadiness)")
+    if "median_stage_ratio" in s or "median_step_ratio" in s:
+        parts = []
+        if "median_stage_ratio" in s:
+            parts.append(f"the stamped stages took {s['median_stage_ratio']:.2f}x the model's CPU for them")
+        if "median_step_ratio" in s:
+            parts.append(f"the steps alone {s['median_step_ratio']:.2f}x the step model's")
+        print(f"the machine against calibration (medians): {' and '.join(parts)}; a machine that ran at "
+              f"another speed than during calibration moves every prediction by about as much")
     if "median_abs_step_part" in s:
         print(f"of it, from the step model: median {s['median_abs_step_part']:.1%}, max {s['max_abs_step_part']:.1%}; "
               f"with each step measured (loader, feed, contention): median {s['median_abs_pipeline_part']:.1%}, "

@@ -81,6 +81,16 @@ def compare(measured_rows: pd.DataFrame, predicted: pd.DataFrame,
         g = ok.augment_cpu_s_per_sample.where(ok.augment_cpu_s_per_sample > 0).groupby(ok.config_id)
         spread = (g.max() / g.min() - 1).where(g.count() >= 2)
         out["work_spread"] = spread.reindex(ids).to_numpy(float)
+    # the machine against the calibrated one, from work whose cost the model states apart from the
+    # throughput: the stamped stages' CPU per sample over the model's for them, and the step alone on
+    # the device over the step model's. Medians of these across configurations far from 1 say the
+    # machine ran at another speed than during calibration (a shared VM drifts by 10% within
+    # minutes: results/cpu-2core/holdout/README.md, "pair14"), which moves every prediction alike.
+    if "stage_s_per_sample" in pred and "cpu_stamped_s_per_sample" in meas:
+        out["stage_ratio"] = meas.cpu_stamped_s_per_sample.to_numpy(float) / pred.stage_s_per_sample.to_numpy(float)
+    if "step_s" in pred and "device_resident_samples_per_s" in meas:
+        given = meas.batch_size.to_numpy(float) / meas.device_resident_samples_per_s.to_numpy(float)
+        out["step_ratio"] = given / pred.step_s.to_numpy(float)
     if step_measured_prediction is not None:
         ms = step_measured_prediction.reset_index(drop=True)
         if "config_id" in ms:
@@ -236,6 +246,10 @@ def summary(cmp: pd.DataFrame) -> dict:
         out["max_work_spread"] = float(np.nanmax(cmp.work_spread.to_numpy(float)))
     if "extrapolated" in cmp:
         out["extrapolated"] = int((cmp.extrapolated.astype(str) != "").sum())
+    for r in ("stage_ratio", "step_ratio"):  # the machine against the calibrated one (see compare)
+        v = cmp[r].to_numpy(float) if r in cmp else np.zeros(0)
+        if np.isfinite(v).any():
+            out[f"median_{r}"] = float(np.nanmedian(v))
     for part in ("step_part", "pipeline_part"):  # the error's split (see compare), when it was made
         if part in cmp:
             v = np.abs(cmp[part].to_numpy(float))

@@ -67,8 +67,8 @@ or a knob, and ``C`` is the host's core count from the rows):
   not overlap (0: perfect overlap, 1: in series).
   On an accelerator (``whatif --set hierarchy=...``, or rows measured on one) the step leaves the
   host: ``ν = κ = 0``.
-  ``stage_main_scale`` stays: measured on an H200 host, the main process's stages still cost
-  1.19-1.67x a worker's (``results/nvidia-h200``).
+  ``stage_main_scale`` stays as fitted (on rows measured before the host sampler's fix of
+  2026-11-26 it held that sampler's cost, 1.04-1.26; on rows since, 0.99-1.00).
   A model family with no run with workers borrows the geometric mean of the fitted families' ``ν``
   (flagged as extrapolation).
 
@@ -136,15 +136,17 @@ cross-validation from 10.8% to 13.1%.
 **Version 8: the stages where they run, and at each image size.** Three changes, each on what the
 rows and the stage probe measured:
 
-- *The stages cost more in the main process.* With ``num_workers = 0`` the stamped stages run
-  beside the step's threads and their thread CPU time is higher than the same stages' in a worker:
-  on every one of sixteen committed studies and second sweeps with both (2026-11-25, three CPU
-  models), a worker's stamps were 0.74–1.05× the main process's at the same source, image size and
-  augmentation (median 0.90; 0.87 on the Intel Xeon of ``holdout/pair8``). ``stage_main_scale``
-  multiplies the stages for ``num_workers = 0`` (fitted on the rows' stamps when they have both).
-  The step's threads are not the whole reason: on an H200 host (``results/nvidia-h200``, 2026-11-26),
-  the step off the host, the main process's stamps were 1.19–1.67× a worker's and that study's own
-  fit put the factor at 1.26 [1.07, 1.48], so a what-if on an accelerator keeps it.
+- *The stages cost more in the main process: the instrument's doing.* With ``num_workers = 0`` the
+  stamped stages' thread CPU time was higher than the same stages' in a worker: on every one of
+  sixteen committed studies and second sweeps with both (2026-11-25, three CPU models), a worker's
+  stamps were 0.74–1.05× the main process's (median 0.90), and 1.19–1.67× on an H200 host with the
+  step off the host. ``stage_main_scale`` multiplies the stages for ``num_workers = 0`` (fitted on
+  the rows' stamps when they have both). The cause was the runs' host sampler: a thread of the main
+  process that read the process tree's RSS every 50 ms and held the interpreter lock the main
+  process's loader threads need (``experiments.train.HostSampler``, ``results/cpu-2core/sampler``:
+  +13% samples/s without workers once it read the kernel's peak marks once a second). On rows
+  measured since, the factor fits at 0.99–1.00 (``holdout/pair14``, ``pair15``); it stays a fitted
+  parameter, so older rows keep their own.
 - *The stages are not linear in the pixels.* On ``pair8``'s stage probe (27 combinations) the
   linear form put every 32×32 combination 3–14% under its measured CPU and most 16×16 and 48×48
   ones 1–12% over. ``stage_size_factor_<size>`` multiplies the stages alone at each image size the
@@ -1183,7 +1185,7 @@ def components(model: CostModel, configs: pd.DataFrame, hierarchy: str | None = 
     measures it from two hosts' stage probes. Flagged as extrapolation.
 
     Columns: the knobs, ``step_s`` (S), ``step_contended_s``, ``loader_s_per_batch`` (L),
-    ``transfer_s``, ``overhead_s``, ``cycle_s`` (T), ``bound_samples_per_s`` (B / T), ``cpu_bound_s``,
+    ``stage_s_per_sample`` (the stamped stages' CPU per sample, as the rows stamp it), ``transfer_s``, ``overhead_s``, ``cycle_s`` (T), ``bound_samples_per_s`` (B / T), ``cpu_bound_s``,
     ``bottleneck``, ``extrapolated`` (reason or '').
     """
     kf = knob_frame(configs)
@@ -1211,9 +1213,8 @@ def components(model: CostModel, configs: pd.DataFrame, hierarchy: str | None = 
              **{f"accum_loop_{f}": DEVICE_ACCUM_LOOP[f] for f in FAMILIES}}
         S = step_time(q, kf, _device_rates(hierarchy, kf), _device_weights(hierarchy, kf))
         on_host = False
-        # stage_main_scale is kept: the main process's stages cost more than a worker's with the
-        # step off the host too (on the H200 of results/nvidia-h200 the main process's stamps were
-        # 1.19-1.67x a worker's at the same stages, and its own fit put the factor at 1.26 [1.07, 1.48])
+        # stage_main_scale is kept as fitted: the calibrated rows' own (about 1 on rows measured
+        # since the host sampler stopped holding the main process's interpreter lock)
     else:
         S = step_time(p, kf, _cell_terms(model, kf, flop_rate_name), _cell_terms(model, kf, weight_pass_name))
         # a model fitted on an accelerator's rows predicts that accelerator: the step off the host
@@ -1250,6 +1251,7 @@ def components(model: CostModel, configs: pd.DataFrame, hierarchy: str | None = 
     out["step_s"] = S
     out["step_contended_s"] = parts["Sc"]
     out["loader_s_per_batch"] = L
+    out["stage_s_per_sample"] = stage_time(p, kf)
     out["transfer_s"] = tr
     out["overhead_s"] = p["batch_overhead_s"]
     out["worker_activity"] = parts["rho"]
