@@ -278,7 +278,7 @@ class HostSampler:
     :meth:`stop` comes before they are stopped). ``peak_rss`` is the sum of the processes' peaks: at
     least the peak of their sum, and equal to it when they peak together, as a steady pipeline's
     processes do. Where the kernel keeps no mark (not Linux), or this process's cannot be reset, a
-    read takes the current RSS instead.
+    read takes the current RSS instead, once a second: a coarser peak there than the 50 ms reads gave.
 
     Why marks read once a second, not the current RSS read every 50 ms as before: the reads run in
     a thread of this process and hold its interpreter lock, and a loader in the main process
@@ -286,9 +286,9 @@ class HostSampler:
     (family 6, model 207) on 2026-11-26, the MLP at 16×16 from memmap with four augmentation passes
     at batch 128 (two sweeps each way, interleaved; ``results/cpu-2core/sampler``): without
     workers, the 50 ms reads put the augmentation at 247-275 µs of CPU per sample and the run at 2 860-3 130 samples/s; with these reads, 213-218 µs and 3 420-3 550
-    samples/s (+13%). With a worker the run did not move (3 140-3 290 → 3 230-3 280). The rows
-    measured the instrument, and the cost model took it for a property of the main process
-    (``stage_main_scale`` 1.04-1.12)."""
+    samples/s (medians +12%). With a worker the run did not move (3 140-3 290 → 3 230-3 280). The
+    rows measured the instrument, and the cost model took it for a property of the main process
+    (``stage_main_scale`` 1.04-1.12 on the 2-core VM's quick studies)."""
 
     def __init__(self, period_s: float = 1.0):
         import psutil
@@ -316,8 +316,13 @@ class HostSampler:
         return None
 
     def read(self) -> None:
-        """Each process's peak so far into ``_peaks``."""
-        for p in [self._me] + self._me.children(recursive=True):
+        """Each process's peak so far into ``_peaks`` (never raises: a read that fails keeps the
+        peaks it had)."""
+        try:
+            procs = [self._me] + self._me.children(recursive=True)
+        except Exception:  # noqa: BLE001 — /proc unreadable for a moment: this process alone
+            procs = [self._me]
+        for p in procs:
             try:
                 v = self._mark(p.pid) if (p.pid != self._me.pid or self._self_marked) else None
                 if v is None:
@@ -757,8 +762,10 @@ def run_detailed(cfg: TrainConfig) -> RunResult:
     finally:
         gc.unfreeze()
         if not closed:
-            sampler.stop()
-            feed.close()
+            try:
+                sampler.stop()
+            finally:
+                feed.close()
             gc.collect()
             _loader_quiet()
             release_dead_workers_segments()  # a killed worker's half-made batch included

@@ -86,11 +86,15 @@ def compare(measured_rows: pd.DataFrame, predicted: pd.DataFrame,
     # the device over the step model's. Medians of these across configurations far from 1 say the
     # machine ran at another speed than during calibration (a shared VM drifts by 10% within
     # minutes: results/cpu-2core/holdout/README.md, "pair14"), which moves every prediction alike.
+    # (NaN where a row stamped no stages: 0 when the loader did not time them; and where the
+    # prediction's step was the measured one, which says nothing of the step model)
     if "stage_s_per_sample" in pred and "cpu_stamped_s_per_sample" in meas:
-        out["stage_ratio"] = meas.cpu_stamped_s_per_sample.to_numpy(float) / pred.stage_s_per_sample.to_numpy(float)
+        st = meas.cpu_stamped_s_per_sample.to_numpy(float)
+        out["stage_ratio"] = np.where(st > 0, st, np.nan) / pred.stage_s_per_sample.to_numpy(float)
     if "step_s" in pred and "device_resident_samples_per_s" in meas:
         given = meas.batch_size.to_numpy(float) / meas.device_resident_samples_per_s.to_numpy(float)
-        out["step_ratio"] = given / pred.step_s.to_numpy(float)
+        modelled = ~pred.step_given.to_numpy(bool) if "step_given" in pred else np.ones(len(pred), bool)
+        out["step_ratio"] = np.where(modelled, given / pred.step_s.to_numpy(float), np.nan)
     if step_measured_prediction is not None:
         ms = step_measured_prediction.reset_index(drop=True)
         if "config_id" in ms:

@@ -68,7 +68,7 @@ or a knob, and ``C`` is the host's core count from the rows):
   On an accelerator (``whatif --set hierarchy=...``, or rows measured on one) the step leaves the
   host: ``ν = κ = 0``.
   ``stage_main_scale`` stays as fitted (on rows measured before the host sampler's fix of
-  2026-11-26 it held that sampler's cost, 1.04-1.26; on rows since, 0.99-1.00).
+  2026-11-26 it held that sampler's cost, 1.04-1.26; on the 2-core VM's rows since, 0.99-1.00).
   A model family with no run with workers borrows the geometric mean of the fitted families' ``ν``
   (flagged as extrapolation).
 
@@ -139,14 +139,14 @@ rows and the stage probe measured:
 - *The stages cost more in the main process: the instrument's doing.* With ``num_workers = 0`` the
   stamped stages' thread CPU time was higher than the same stages' in a worker: on every one of
   sixteen committed studies and second sweeps with both (2026-11-25, three CPU models), a worker's
-  stamps were 0.74–1.05× the main process's (median 0.90), and 1.19–1.67× on an H200 host with the
-  step off the host. ``stage_main_scale`` multiplies the stages for ``num_workers = 0`` (fitted on
+  stamps were 0.74–1.05× the main process's (median 0.90); on an H200 host with the step off the
+  host the main process's were 1.19–1.67× a worker's. ``stage_main_scale`` multiplies the stages for ``num_workers = 0`` (fitted on
   the rows' stamps when they have both). The cause was the runs' host sampler: a thread of the main
   process that read the process tree's RSS every 50 ms and held the interpreter lock the main
   process's loader threads need (``experiments.train.HostSampler``, ``results/cpu-2core/sampler``:
-  +13% samples/s without workers once it read the kernel's peak marks once a second). On rows
-  measured since, the factor fits at 0.99–1.00 (``holdout/pair14``, ``pair15``); it stays a fitted
-  parameter, so older rows keep their own.
+  +12% samples/s without workers (medians) once it read the kernel's peak marks once a second).
+  On the 2-core VM's rows measured since, the factor fits at 0.99–1.00 (``holdout/pair14``–``pair16``;
+  the GPU hosts were not measured again); it stays a fitted parameter, so older rows keep their own.
 - *The stages are not linear in the pixels.* On ``pair8``'s stage probe (27 combinations) the
   linear form put every 32×32 combination 3–14% under its measured CPU and most 16×16 and 48×48
   ones 1–12% over. ``stage_size_factor_<size>`` multiplies the stages alone at each image size the
@@ -1184,7 +1184,7 @@ def components(model: CostModel, configs: pd.DataFrame, hierarchy: str | None = 
     a host whose cores run the same loader slower (> 1) or faster; :func:`analysis.costmodel.evaluate.host_stage_ratio`
     measures it from two hosts' stage probes. Flagged as extrapolation.
 
-    Columns: the knobs, ``step_s`` (S), ``step_contended_s``, ``loader_s_per_batch`` (L),
+    Columns: the knobs, ``step_s`` (S), ``step_given`` (S came from ``step_s``), ``step_contended_s``, ``loader_s_per_batch`` (L),
     ``stage_s_per_sample`` (the stamped stages' CPU per sample, as the rows stamp it), ``transfer_s``, ``overhead_s``, ``cycle_s`` (T), ``bound_samples_per_s`` (B / T), ``cpu_bound_s``,
     ``bottleneck``, ``extrapolated`` (reason or '').
     """
@@ -1213,8 +1213,8 @@ def components(model: CostModel, configs: pd.DataFrame, hierarchy: str | None = 
              **{f"accum_loop_{f}": DEVICE_ACCUM_LOOP[f] for f in FAMILIES}}
         S = step_time(q, kf, _device_rates(hierarchy, kf), _device_weights(hierarchy, kf))
         on_host = False
-        # stage_main_scale is kept as fitted: the calibrated rows' own (about 1 on rows measured
-        # since the host sampler stopped holding the main process's interpreter lock)
+        # stage_main_scale is kept as fitted: the calibrated rows' own (about 1 on the 2-core VM's
+        # rows measured since the host sampler stopped holding the main process's interpreter lock)
     else:
         S = step_time(p, kf, _cell_terms(model, kf, flop_rate_name), _cell_terms(model, kf, weight_pass_name))
         # a model fitted on an accelerator's rows predicts that accelerator: the step off the host
@@ -1249,6 +1249,7 @@ def components(model: CostModel, configs: pd.DataFrame, hierarchy: str | None = 
         ext = ["; ".join(filter(None, [e, f"cpu_count={cores}: calibrated on {model.cpu_count}"])) for e in ext]
     out = kf.reset_index(drop=True).copy()
     out["step_s"] = S
+    out["step_given"] = step_s is not None  # S is the caller's measured step, not the step model's
     out["step_contended_s"] = parts["Sc"]
     out["loader_s_per_batch"] = L
     out["stage_s_per_sample"] = stage_time(p, kf)

@@ -475,9 +475,11 @@ def test_compare_says_how_fast_the_machine_ran_against_calibration():
     # over the step model's say so; on the machine as calibrated, both are 1
     from analysis.costmodel.evaluate import compare, summary
     rows = synthetic_rows(cpu_stamps=True)
+    from analysis.costmodel.evaluate import with_measured_step
     meas = costmodel.model.measured_configs(rows)
     pred = costmodel.predict(_true_model(TRUE), meas)
     pred["config_id"] = meas.config_id.to_numpy()
+    pred = pred.sample(frac=1, random_state=0)  # joined on config_id, not on the order
     same = summary(compare(rows, pred))
     assert same["median_stage_ratio"] == pytest.approx(1.0) and same["median_step_ratio"] == pytest.approx(1.0)
     slow = rows.copy()
@@ -486,9 +488,16 @@ def test_compare_says_how_fast_the_machine_ran_against_calibration():
     slow["device_resident_samples_per_s"] /= 1.10
     s = summary(compare(slow, pred))
     assert s["median_stage_ratio"] == pytest.approx(1.15) and s["median_step_ratio"] == pytest.approx(1.10)
-    # rows without the stamps: no stage ratio
+    fast = compare(slow, pred).set_index("config_id")
+    assert (fast.stage_ratio.round(6) == 1.15).all() and (fast.step_ratio.round(6) == 1.10).all()
+    # rows without the stamps, or whose loader did not time its stages (0): no stage ratio
     bare = rows.drop(columns=["read_cpu_s_per_sample", "decode_cpu_s_per_sample", "augment_cpu_s_per_sample"])
     assert "median_stage_ratio" not in summary(compare(bare, pred))
+    untimed = rows.assign(read_cpu_s_per_sample=0.0, decode_cpu_s_per_sample=0.0, augment_cpu_s_per_sample=0.0)
+    assert "median_stage_ratio" not in summary(compare(untimed, pred))
+    # a prediction made with each configuration's own measured step: no step ratio (it would be 1)
+    ms = with_measured_step(_true_model(TRUE), costmodel.model.measured_configs(slow))
+    assert "median_step_ratio" not in summary(compare(slow, ms))
 
 
 def test_held_out_predictions_of_noisy_rows_are_within_their_noise():
