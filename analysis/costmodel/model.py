@@ -140,8 +140,8 @@ rows and the stage probe measured:
   stamped stages' thread CPU time was higher than the same stages' in a worker: on every one of
   sixteen committed studies and second sweeps with both (2026-11-25, three CPU models), a worker's
   stamps were 0.74–1.05× the main process's (median 0.90); on an H200 host with the step off the
-  host the main process's were 1.19–1.67× a worker's. ``stage_main_scale`` multiplies the stages for ``num_workers = 0`` (fitted on
-  the rows' stamps when they have both). The cause was the runs' host sampler: a thread of the main
+  host the main process's were 1.19–1.67× a worker's. ``stage_main_scale`` multiplies the stages
+  for ``num_workers = 0`` (fitted on the rows' stamps when they have both). The cause was the runs' host sampler: a thread of the main
   process that read the process tree's RSS every 50 ms and held the interpreter lock the main
   process's loader threads need (``experiments.train.HostSampler``, ``results/cpu-2core/sampler``:
   +12% samples/s without workers (medians) once it read the kernel's peak marks once a second).
@@ -1184,9 +1184,10 @@ def components(model: CostModel, configs: pd.DataFrame, hierarchy: str | None = 
     a host whose cores run the same loader slower (> 1) or faster; :func:`analysis.costmodel.evaluate.host_stage_ratio`
     measures it from two hosts' stage probes. Flagged as extrapolation.
 
-    Columns: the knobs, ``step_s`` (S), ``step_given`` (S came from ``step_s``), ``step_contended_s``, ``loader_s_per_batch`` (L),
-    ``stage_s_per_sample`` (the stamped stages' CPU per sample, as the rows stamp it), ``transfer_s``, ``overhead_s``, ``cycle_s`` (T), ``bound_samples_per_s`` (B / T), ``cpu_bound_s``,
-    ``bottleneck``, ``extrapolated`` (reason or '').
+    Columns: the knobs, ``step_s`` (S), ``step_given`` (S came from ``step_s``), ``step_contended_s``,
+    ``loader_s_per_batch`` (L), ``stage_s_per_sample`` (the stamped stages' CPU per sample, as the
+    rows stamp it), ``transfer_s``, ``overhead_s``, ``cycle_s`` (T), ``bound_samples_per_s`` (B / T),
+    ``cpu_bound_s``, ``bottleneck``, ``extrapolated`` (reason or '').
     """
     kf = knob_frame(configs)
     p = model.params

@@ -473,9 +473,8 @@ def test_compare_says_how_fast_the_machine_ran_against_calibration():
     # rows the true model made, then measured on a machine 15% slower on the loader's stages and 10%
     # slower on the step: the medians of the stamped stages over the model's and of the steps alone
     # over the step model's say so; on the machine as calibrated, both are 1
-    from analysis.costmodel.evaluate import compare, summary
+    from analysis.costmodel.evaluate import compare, summary, with_measured_step
     rows = synthetic_rows(cpu_stamps=True)
-    from analysis.costmodel.evaluate import with_measured_step
     meas = costmodel.model.measured_configs(rows)
     pred = costmodel.predict(_true_model(TRUE), meas)
     pred["config_id"] = meas.config_id.to_numpy()
