@@ -62,9 +62,24 @@ or a knob, and ``C`` is the host's core count from the rows):
   5.2/69.5 → 5.8/36.5 and 9.6/28.6 → 9.6/16.1, 13.7/50.2 → 13.2/37.6 and 11.9/37.9 → 13.6/37.9,
   9.4/92.4 → 8.1/63.4 and 19.7/41.1 → 19.9/38.5, 9.4/37.7 → 10.4/34.3 and 9.2/30.6 → 9.2/22.2
   (``results/cpu-2core/holdout``).
-  With ``num_workers = 0`` the loader runs in the main process and shares its interpreter lock:
-  ``T = max(L + o + γ·S, S + γ·(L + o))``, ``γ`` the fraction of the shorter of the two that does
-  not overlap (0: perfect overlap, 1: in series).
+  With ``num_workers = 0`` the loader runs in threads of the main process (Grain's read threads and
+  its thread prefetch) beside the step's, and the step is slowed by them as by workers (version 10):
+  ``T = max(L + o + γ·Sc, Sc + o + η·L, (L + ν·S + o + tr) / C)``, ``Sc = S·(1 + κ·ρ·ν/C)``,
+  ``ρ = L/T``: the loader runs beside the slowed step but for a share ``γ`` of it
+  (``main_overlap_loss``), and the main thread waits after each step for at least a share ``η`` of
+  the loader's work (``main_serial_share``). These runs' contended step and main-process CPU (the
+  loader's ``L`` included) enter the fit as the runs with workers' do. Until version 9 the form was
+  ``max(L + o + γ·S, S + γ·(L + o))``, one overlap factor for both sides, and the runs implied
+  ``γ`` of 0.63–0.89 where the step was the longer (the CNNs) and −0.03–0.45 where the loader was
+  (the MLP in bf16 at 48×48): a fold that held one of them out missed it by 22–41%. With the step
+  slowed by ``κ`` fitted on every run, the studies of 2026-11-26 fit ``γ`` and ``η`` at 0.00–0.17
+  and 0.00–0.08: the loader runs beside the step, and what the old ``γ`` held is the step's slow-down
+  (the CNN's 54 ms step took 60 ms beside the loader, the MLP's 4.4 ms 9 ms: ``T · (1 −
+  data_wait_frac)``). The main process's CPU puts the loader's work outside its stamped stages at
+  70–100 µs per sample, where samples/s alone had put it at 40 µs and the rest into ``γ``. On the
+  eighteen studies of ``results/cpu-2core/holdout`` (committed study, ``pair2``–``pair18``), medians
+  over the studies of median / max / τ, version 9 → 10: 5-fold cross-validation 5.8/33.5/0.81 →
+  5.1/32.8/0.85, each study's model predicting its second sweep 7.2/18.0/0.79 → 6.3/18.3/0.79.
   On an accelerator (``whatif --set hierarchy=...``, or rows measured on one) the step leaves the
   host: ``ν = κ = 0``.
   ``stage_main_scale`` stays as fitted (on rows measured before the host sampler's fix of
@@ -238,14 +253,17 @@ from analysis.costmodel.features import (CATEGORICAL_KNOBS, FAMILIES, NUMERIC_KN
                                          knob_frame)
 
 FORMAT = "memsim-costmodel"
-VERSION = 9  # 2: the augmentation pass's fixed part (augment_pass_base_s); 3: stage_base_s, stage_pixel_s;
+VERSION = 10 # 2: the augmentation pass's fixed part (augment_pass_base_s); 3: stage_base_s, stage_pixel_s;
 # 4: the worker process's own terms (worker_base_s, worker_batch_s, worker_pixel_s, worker_pass_s);
 # 5: the stage probe's terms (decode_pixel_s, stage_scale, stage_offset_s); 6: the step's cost per
 # parameter and micro-batch per cell (weight_pass_s_<family>_<precision>); 7: contention fitted on the
 # runs' contended step and main-process CPU, ν per model family (step_cores_<family>), u = L/T uncapped;
 # 8: the stages' factor per image size (stage_size_factor_<size>) and in the main process (stage_main_scale),
 # worker_pass_s dropped, the CNN's cache spill (spill_cnn_<precision>, spill_w0_cnn); 9: the step's
-# slow-down beside the workers scales with its own cores per host core (κ·ν/C)
+# slow-down beside the workers scales with its own cores per host core (κ·ν/C); 10: without workers the
+# step is slowed by the loader's threads as by workers, the loader runs beside the step but for a
+# share of it (main_overlap_loss, now of the slowed step) and the main thread waits for a share of the
+# loader's work (main_serial_share); fitted on those runs' slowed step and main-process CPU too
 SOURCES = ("ram", "memmap", "arrayrecord")
 PRECISIONS = ("fp32", "bf16")
 REF_PIXELS = 32 * 32 * 3
@@ -273,7 +291,7 @@ HOST_CPU_PARAMS = ("sample_base_s", "pixel_s", "augment_pass_base_s", "augment_p
                    "worker_base_s", "worker_batch_s", "worker_pixel_s", "batch_overhead_s")
 LOADER_PARAMS = ("sample_base_s", "pixel_s", "augment_pass_base_s", "augment_pass_s", "read_memmap_s",
                  "read_arrayrecord_s", "stage_base_s", "stage_pixel_s",
-                 "batch_overhead_s", "main_overlap_loss", "step_straggler")
+                 "batch_overhead_s", "main_overlap_loss", "main_serial_share", "step_straggler")
 #: log-space bounds of each parameter (lower, upper) and its starting value
 _BOUNDS = {
     "step_overhead_s": (1e-7, 1.0, 2e-4), "update_s_per_param": (1e-14, 1e-6, 1e-9),
@@ -286,6 +304,7 @@ _BOUNDS = {
     "worker_base_s": (1e-8, 1e-1, 3e-5), "worker_batch_s": (1e-8, 1.0, 1e-3), "worker_pixel_s": (1e-9, 1e-1, 1e-5),
     "read_memmap_s": (1e-9, 1e-1, 1e-5), "read_arrayrecord_s": (1e-9, 1e-1, 1e-5),
     "batch_overhead_s": (1e-6, 1.0, 3e-3), "main_overlap_loss": (1e-3, 1.5, 0.3),
+    "main_serial_share": (1e-3, 1.5, 0.1),
     "step_straggler": (1e-3, 3.0, 0.5), "step_cores": (0.1, 64.0, 1.0),
 }
 #: loader knobs the equations leave out (Grain's read threads and read-ahead buffer): a prediction
@@ -311,7 +330,8 @@ DESCRIPTION = {
     "stage_offset_s": "stamped stages' CPU inside the pipeline beyond the scaled stages alone, per sample (s)",
     "stage_main_scale": "stamped stages' CPU in the main process (num_workers=0) per CPU of the same stages in a worker",
     "batch_overhead_s": "main-thread work per batch: iterator, batching, dispatch (s)",
-    "main_overlap_loss": "share of the shorter of loader/step not overlapped without workers",
+    "main_overlap_loss": "share of the (slowed) step the loader does not run beside, without workers (γ)",
+    "main_serial_share": "share of the loader's work the main thread waits for after each step, without workers (η)",
     "step_straggler": "step slow-down per unit of worker activity, per host core share the step spreads over (κ; the step is slowed by κ·u·ν/C)",
     "step_cores": "host cores the step keeps busy (ν), one for every model family",
 }
@@ -573,10 +593,11 @@ def cycle(p: dict, S: np.ndarray, L: np.ndarray, tr: np.ndarray, nw: np.ndarray,
     ``family`` (the model family per configuration) picks each step's ``ν``; without it every
     step takes the fitted families' geometric mean.
 
-    Returns a dict: ``T`` (cycle), ``Sc`` (the step as slowed by the workers), ``rho`` (the cores
-    the workers keep busy, ``u``), ``cpu`` (processor-sharing bound), ``workers`` (L / num_workers),
-    ``main`` (the main thread's step + overhead) and ``loader_main`` (the loader's share without
-    workers).
+    Returns a dict: ``T`` (cycle), ``Sc`` (the step as slowed by the loader, in workers or in the
+    main process's threads), ``rho`` (the cores the loader keeps busy, ``u``), ``cpu``
+    (processor-sharing bound), ``workers`` (L / num_workers), ``main`` (the main thread's step +
+    overhead, and without workers the loader's work it waits for) and ``loader_main`` (without
+    workers the loader's branch of the cycle, ``L + o + γ·Sc``).
     """
     o = p["batch_overhead_s"]
     on_host = np.broadcast_to(np.asarray(on_host, bool), S.shape)
@@ -596,13 +617,20 @@ def cycle(p: dict, S: np.ndarray, L: np.ndarray, tr: np.ndarray, nw: np.ndarray,
     T_par = np.maximum.reduce([t_root, workers, cpu])
     rho = L / T_par
     Sc = S * (1 + kappa * rho)
-    # num_workers == 0: the loader shares the main thread's interpreter lock
-    a, b = L + o, S
-    T_main = np.maximum(a + g * b, b + g * a)
+    # num_workers == 0: the loader's threads run in the main process beside the step's; the step is
+    # slowed by them as by workers (S(1 + κρ), ρ = L/T) and the loader runs beside the step but for a
+    # share γ of it; the main thread waits at least a share η of the loader's work after each step.
+    # Each branch is T = f(T) with f falling in T, so each has one root and the cycle is the larger.
+    eta = p.get("main_serial_share", 0.0)
+    tl = 0.5 * ((L + o + g * S) + np.sqrt((L + o + g * S) ** 2 + 4.0 * g * S * kappa * L))
+    ts = 0.5 * ((S + o + eta * L) + np.sqrt((S + o + eta * L) ** 2 + 4.0 * S * kappa * L))
+    T_main = np.maximum.reduce([tl, ts, cpu])
+    rho_m = L / T_main
+    Sc_m = S * (1 + kappa * rho_m)
     par = nw >= 1
-    return {"T": np.where(par, T_par, T_main), "Sc": np.where(par, Sc, S), "rho": np.where(par, rho, 0.0),
-            "cpu": cpu, "workers": np.where(par, workers, 0.0), "main": np.where(par, Sc + o, b + g * a),
-            "loader_main": np.where(par, 0.0, a + g * b)}
+    return {"T": np.where(par, T_par, T_main), "Sc": np.where(par, Sc, Sc_m), "rho": np.where(par, rho, rho_m),
+            "cpu": cpu, "workers": np.where(par, workers, 0.0), "main": np.where(par, Sc + o, Sc_m + o + eta * L),
+            "loader_main": np.where(par, 0.0, L + o + g * Sc_m)}
 
 
 def step_on_host_of(meas: pd.DataFrame) -> bool:
@@ -618,22 +646,26 @@ def step_on_host_of(meas: pd.DataFrame) -> bool:
     return not plats or plats == ["cpu"]
 
 
-def main_cpu(p: dict, S: np.ndarray, tr: np.ndarray, family) -> np.ndarray:
-    """The main process's CPU seconds per batch beside worker processes: ``ν·S + o + tr``."""
-    return family_cores(p, family) * S + p["batch_overhead_s"] + tr
+def main_cpu(p: dict, S: np.ndarray, tr: np.ndarray, family, L: np.ndarray | float = 0.0) -> np.ndarray:
+    """The main process's CPU seconds per batch: ``ν·S + o + tr``, plus the loader's ``L`` where it
+    runs there (pass ``L`` for the runs without workers, 0 for the others)."""
+    return family_cores(p, family) * S + p["batch_overhead_s"] + tr + L
 
 
 def contention_observed(meas: pd.DataFrame, B: np.ndarray, T: np.ndarray, cores: int) -> tuple:
     """What a run measured of the contention, per configuration (NaN where the rows lack it): the
     step's seconds beside the loader (``T · (1 − data_wait_frac)``: the fed loop times the wait for
-    a batch and the step apart) and the main process's CPU seconds per batch (``host_cpu_util`` is
-    the run's CPU over wall time and cores, workers included; less the workers' own). The run's
-    wall time also holds the loss's read-back between steps, which ``T`` leaves out, so the second
-    is low by that share of the wall time (not measured apart; largest where the step is shortest)."""
+    a batch and the step apart; without workers the loader's threads run beside the step in the
+    same process, and the wait is what the step left of their work) and the main process's CPU
+    seconds per batch (``host_cpu_util`` is the run's CPU over wall time and cores, workers
+    included; less the workers' own, none without workers). The run's wall time also holds the
+    loss's read-back between steps, which ``T`` leaves out, so the second is low by that share of
+    the wall time (not measured apart; largest where the step is shortest)."""
     def col(c):
         return (pd.to_numeric(meas[c], errors="coerce").to_numpy(float) if c in meas
                 else np.full(len(meas), np.nan))
-    return T * (1 - col("data_wait_frac")), col("host_cpu_util") * cores * T - B * col("worker_cpu_s_per_sample")
+    workers = np.where(pd.to_numeric(meas["num_workers"]).to_numpy() == 0, 0.0, B * col("worker_cpu_s_per_sample"))
+    return T * (1 - col("data_wait_frac")), col("host_cpu_util") * cores * T - workers
 
 
 def bottleneck_name(parts: dict, nw: np.ndarray) -> np.ndarray:
@@ -932,6 +964,8 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
     if not (nw == 0).any():
         fixed["main_overlap_loss"] = 1.0
         notes["main_overlap_loss"] = "no num_workers=0 rows; assumed in series"
+        fixed["main_serial_share"] = 1.0
+        notes["main_serial_share"] = "no num_workers=0 rows; assumed in series"
     if not (nw >= 1).any():
         fixed["step_straggler"] = 0.0
         notes["step_straggler"] = "no num_workers>=1 rows"
@@ -996,8 +1030,8 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
     # (the fed loop's step less its wait for data) and the main process's CPU per batch (all CPU of
     # the run less the workers'); rows without the columns leave them out
     C_meas, M_meas = contention_observed(meas, B, T_meas, cores)
-    use_c = (nw >= 1) & np.isfinite(C_meas) & (C_meas > 0)
-    use_m = (nw >= 1) & np.isfinite(M_meas) & (M_meas > 0)
+    use_c = np.isfinite(C_meas) & (C_meas > 0)
+    use_m = np.isfinite(M_meas) & (M_meas > 0)
     # ν per model family where every run with workers measured the main process's CPU; samples/s
     # alone do not tell one family's from another's (on a study whose rows lacked the workers' CPU,
     # a fold left one CNN run with a worker, loader-bound, and put the CNN's ν at 5.3), so rows
@@ -1014,7 +1048,7 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
         if use_c.any():
             r.append(np.log(parts["Sc"][use_c] / C_meas[use_c]))
         if use_m.any():
-            r.append(np.log(main_cpu(q, S_meas, tr, fam)[use_m] / M_meas[use_m]))
+            r.append(np.log(main_cpu(q, S_meas, tr, fam, np.where(nw == 0, L, 0.0))[use_m] / M_meas[use_m]))
         if use_stamp.any():
             r.append(0.5 * np.log(sample_time(q, kf)[use_stamp] / stamped[use_stamp]))
         if lp is not None:  # the loader alone: its batch, then the main thread's per-batch work

@@ -22,7 +22,7 @@ TRUE = {"step_overhead_s": 1e-3, "update_s_per_param": 1e-9, "flop_rate_mlp_fp32
         "flop_rate_mlp_bf16": 3e10, "flop_rate_cnn_fp32": 3e10, "flop_rate_cnn_bf16": 5e9,
         "sample_base_s": 2e-4, "pixel_s": 3e-5, "augment_pass_s": 6e-5, "augment_pass_base_s": 4e-5, "read_memmap_s": 2e-5,
         "read_arrayrecord_s": 6e-5, "batch_overhead_s": 4e-3, "main_overlap_loss": 0.2,
-        "step_straggler": 0.8, "step_cores_mlp": 1.8, "step_cores_cnn": 1.3}
+        "main_serial_share": 0.1, "step_straggler": 0.8, "step_cores_mlp": 1.8, "step_cores_cnn": 1.3}
 
 
 def _true_model(params=None):
@@ -42,7 +42,8 @@ def synthetic_rows(n: int = 24, seed: int = 0, noise: float = 0.0, params: dict 
     with ``worker_cpu`` the worker processes' CPU per sample (``worker_time``; NaN without workers),
     with ``contention`` (and ``worker_cpu``) what a run measures of the contention: the share of the
     fed loop spent waiting for data (the rest is the step beside the loader) and the run's CPU over
-    wall time and cores (the workers' and the main process's ``ν·S + o + tr``)."""
+    wall time and cores (the workers' and the main process's ``ν·S + o + tr``, and without workers
+    the loader's ``L`` in the main process)."""
     rng = np.random.default_rng(seed)
     cfg = pd.DataFrame({
         "model": rng.choice(["mlp", "cnn"], n), "precision": rng.choice(["fp32", "bf16"], n),
@@ -78,7 +79,8 @@ def synthetic_rows(n: int = 24, seed: int = 0, noise: float = 0.0, params: dict 
             T = cfg.batch_size.to_numpy() / comp.bound_samples_per_s.to_numpy()
             d["data_wait_frac"] = 1 - comp.step_contended_s.to_numpy() / T
             main = costmodel.model.main_cpu(params or TRUE, comp.step_s.to_numpy(), comp.transfer_s.to_numpy(),
-                                            cfg.model.to_numpy())
+                                            cfg.model.to_numpy(), np.where(cfg.num_workers == 0,
+                                                                           comp.loader_s_per_batch.to_numpy(), 0.0))
             d["host_cpu_util"] = (np.nan_to_num(cfg.batch_size * d["worker_cpu_s_per_sample"]) + main) / (2 * T)
         rows.append(d)
     return pd.concat(rows, ignore_index=True)
