@@ -1031,7 +1031,11 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
     # the run less the workers'); rows without the columns leave them out
     C_meas, M_meas = contention_observed(meas, B, T_meas, cores)
     use_c = np.isfinite(C_meas) & (C_meas > 0)
-    use_m = np.isfinite(M_meas) & (M_meas > 0)
+    # without workers the main process's CPU holds the loader's threads too (main_cpu's L); on an
+    # accelerator's host it also holds the device runtime's threads, which no term describes (the
+    # H100 host's runs without workers burned 3-4 ms of CPU per batch beyond their whole cycle),
+    # so there only the runs with workers enter
+    use_m = np.isfinite(M_meas) & (M_meas > 0) & ((nw >= 1) | step_on_host)
     # ν per model family where every run with workers measured the main process's CPU; samples/s
     # alone do not tell one family's from another's (on a study whose rows lacked the workers' CPU,
     # a fold left one CNN run with a worker, loader-bound, and put the CNN's ν at 5.3), so rows

@@ -373,6 +373,32 @@ def test_cycle_solves_its_fixed_point():
     np.testing.assert_allclose(plain["cpu"], (L + np.sqrt(1.8 * 1.3) * S + o + tr) / 4, rtol=1e-12)
 
 
+def test_the_cycle_without_workers_solves_its_fixed_point():
+    """Without workers T = max(L + o + γ·Sc, Sc + o + η·L, (L + ν·S + o + tr)/cores), Sc = S(1 + κ(ν/cores)L/T):
+    the step slowed by the loader's threads as by workers; each of the three bounds in charge somewhere."""
+    from analysis.costmodel.model import cycle
+    rng = np.random.default_rng(5)
+    n = 400
+    S, L, tr = (np.exp(rng.uniform(-9, -2, n)) for _ in range(3))
+    nw = np.zeros(n, int)
+    p = {"batch_overhead_s": 1e-3, "step_straggler": 0.8, "main_overlap_loss": 0.2, "main_serial_share": 0.1,
+         "step_cores_mlp": 1.8}
+    parts = cycle(p, S, L, tr, nw, 4, family=np.full(n, "mlp"))
+    T, o, k = parts["T"], 1e-3, 0.8 * 1.8 / 4
+    Sc = S * (1 + k * L / T)
+    bounds = [L + o + 0.2 * Sc, Sc + o + 0.1 * L, (L + 1.8 * S + o + tr) / 4]
+    np.testing.assert_allclose(T, np.maximum.reduce(bounds), rtol=1e-12)
+    assert set(np.argmax(bounds, axis=0)) == {0, 1, 2}
+    np.testing.assert_allclose(parts["Sc"], Sc, rtol=1e-12)
+    np.testing.assert_allclose(parts["rho"], L / T, rtol=1e-12)
+    np.testing.assert_allclose(parts["loader_main"], bounds[0], rtol=1e-12)
+    np.testing.assert_allclose(parts["main"], bounds[1], rtol=1e-12)
+    # on an accelerator the step leaves the host's cores: no slow-down, the loader alone on the CPU
+    dev = cycle(p, S, L, tr, nw, 4, on_host=False, family=np.full(n, "mlp"))
+    np.testing.assert_allclose(dev["T"], np.maximum.reduce([L + o + 0.2 * S, S + o + 0.1 * L, (L + o + tr) / 4]),
+                               rtol=1e-12)
+
+
 def test_the_runs_contention_measurements_identify_each_familys_cores_and_the_straggler():
     # Rows that carry what a run measures of the contention (the step beside the loader, the main
     # process's CPU): the fit recovers κ and each family's ν, and matches both observables
@@ -380,7 +406,8 @@ def test_the_runs_contention_measurements_identify_each_familys_cores_and_the_st
             "worker_pixel_s": 2.5e-5}
     rows = synthetic_rows(params=true, cpu_stamps=True, worker_cpu=True, contention=True)
     model = costmodel.fit(rows)
-    for k in ("step_straggler", "step_cores_mlp", "step_cores_cnn", "batch_overhead_s"):
+    for k in ("step_straggler", "step_cores_mlp", "step_cores_cnn", "batch_overhead_s", "sample_base_s",
+              "main_overlap_loss"):
         assert model.params[k] == pytest.approx(true[k], rel=0.02), k
     assert model.stats["median_abs_rel_error"] < 1e-3
     meas = costmodel.model.measured_configs(rows)
@@ -389,10 +416,15 @@ def test_the_runs_contention_measurements_identify_each_familys_cores_and_the_st
     T = B / meas.samples_per_s.to_numpy()
     C, M = costmodel.model.contention_observed(meas, B, T, 2)
     comp = components(model, meas)
-    w = kf.num_workers.to_numpy() >= 1
-    np.testing.assert_allclose(comp.step_contended_s.to_numpy()[w], C[w], rtol=0.02)
+    main = kf.num_workers.to_numpy() == 0
+    assert main.any() and (~main).any()
+    # with workers and without: the slowed step, and the main process's CPU (the loader's with it
+    # where it runs there)
+    np.testing.assert_allclose(comp.step_contended_s.to_numpy(), C, rtol=0.02)
     np.testing.assert_allclose(costmodel.model.main_cpu(model.params, comp.step_s.to_numpy(), comp.transfer_s.to_numpy(),
-                                                        kf.model.to_numpy())[w], M[w], rtol=0.02)
+                                                        kf.model.to_numpy(),
+                                                        np.where(main, comp.loader_s_per_batch.to_numpy(), 0.0)),
+                               M, rtol=0.02)
     # a family with no run with workers borrows the others' ν, and says so
     only_cnn = rows[(rows.model == "cnn") | (rows.num_workers == 0)]
     m2 = costmodel.fit(only_cnn)
