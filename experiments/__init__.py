@@ -18,6 +18,10 @@ from __future__ import annotations
 
 import importlib
 
+from experiments import heap
+
+heap.apply()  # before this process allocates what it measures (see experiments.heap)
+
 # public name → (submodule, attribute)
 _EXPORTS = {
     # one configuration

@@ -59,7 +59,7 @@ from experiments.env import environment
 
 STEP_KEYS = ("model", "precision", "grad_accum_steps", "batch_size", "image_size")
 LOADER_KEYS = ("source", "image_size", "augment_cost")
-ENV_KEYS = ("platform", "device_kind", "cpu_count", "cpu_model", "cpu_simd", "jax_version", "jaxlib_version",
+ENV_KEYS = ("platform", "device_kind", "cpu_count", "cpu_model", "cpu_simd", "malloc", "jax_version", "jaxlib_version",
             "grain_version", "git_commit")
 
 

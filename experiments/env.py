@@ -8,7 +8,7 @@ import platform
 import subprocess
 from pathlib import Path
 
-from experiments import compat
+from experiments import compat, heap
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -81,5 +81,6 @@ def environment() -> dict:
         "numpy_version": _version("numpy"),
         "pandas_version": _version("pandas"),
         "git_commit": git_commit(),
+        "malloc": heap.apply(),
     }
 

@@ -1,0 +1,77 @@
+"""The C heap of every measuring process: glibc's malloc held to fixed thresholds, so that a step's
+time does not depend on what the process allocated before it.
+
+glibc serves an allocation above its mmap threshold with a fresh ``mmap`` (zeroed pages, a page
+fault on each first touch, an ``munmap`` on free) and gives the heap's free top back to the kernel
+once it exceeds its trim threshold. Both thresholds move with the process's history: freeing an
+mmapped block raises the mmap threshold to that block's size (up to 32 MiB) and the trim threshold
+to twice that. XLA's CPU runtime allocates and frees a step's temporaries on every call, so a
+step's time depended on which larger blocks the process had freed before. Measured on the 2-core
+Intel Xeon VM (family 6, model 207), 2026-11-26, the MLP in bf16 at 48×48 images, batch 32 in two
+micro-batches (``experiments.components.measure_step``, eight measurements of it between three
+other shapes in one process, idle machine):
+
+- glibc's own thresholds: 22.1–43.3 ms per step; the same shape alone in a fresh process 28.3 ms,
+  and in the components probe of four quick studies 18.3–27.9 ms where the studies' own runs of
+  it measured 26.6–30.4 ms (the cost model's largest held-out error, every study);
+- ``M_MMAP_THRESHOLD`` 64 MiB and ``M_TRIM_THRESHOLD`` 128 MiB (this module): 19.2–22.6 ms;
+- the mmap threshold alone fixed at 32 MiB (trim at glibc's 128 KiB): 19.5–33.1 ms, so the trim
+  threshold is the part that matters.
+
+``python -m experiments train`` of that configuration with two workers, alternating, steady then
+glibc twice: device-resident 1 418 and 1 324 samples/s against 1 046 and 1 103, fed 801 and 853
+against 698 and 781, peak RSS of the process tree 1 116 and 1 192 MiB against 1 037 and 1 027 MiB
+(the heap keeps up to 128 MiB of freed top per process).
+
+``MEMSIM_MALLOC=default`` keeps glibc's own thresholds (what a training process gets unless it
+sets them); the rows record which was used (``malloc``). Off glibc (no ``mallopt``), nothing is
+set and the rows say so. Set at ``import experiments`` (:func:`apply`), so the sweep's run
+processes, the loader's spawned workers and the data-parallel processes all get it: they import
+this package before they allocate what they measure.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+
+ENV = "MEMSIM_MALLOC"
+MODES = ("steady", "default")
+MMAP_THRESHOLD = 64 << 20
+TRIM_THRESHOLD = 128 << 20
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # <malloc.h>
+
+_state: str | None = None
+
+
+def mode() -> str:
+    """``MEMSIM_MALLOC`` (unset: ``steady``); ValueError naming the value for anything else."""
+    value = os.environ.get(ENV, "steady").strip().lower() or "steady"
+    if value not in MODES:
+        raise ValueError(f"{ENV}={os.environ[ENV]!r}: must be 'steady' (fixed malloc thresholds, the default) "
+                         f"or 'default' (glibc's own); unset it or set one of those")
+    return value
+
+
+def apply() -> str:
+    """Sets this process's malloc thresholds as ``MEMSIM_MALLOC`` says (once; later calls return
+    the first call's result) and returns what the rows record: ``steady (mmap 64 MiB, trim 128 MiB)``,
+    ``glibc default`` or ``unavailable (...)``."""
+    global _state
+    if _state is not None:
+        return _state
+    if mode() == "default":
+        _state = "glibc default"
+        return _state
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        _state = "unavailable (no glibc mallopt)"
+        return _state
+    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+    ok = mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
+    _state = (f"steady (mmap {MMAP_THRESHOLD >> 20} MiB, trim {TRIM_THRESHOLD >> 20} MiB)" if ok
+              else "unavailable (mallopt refused the thresholds)")
+    return _state

@@ -1,0 +1,55 @@
+"""experiments.heap: the measuring processes' malloc thresholds, fixed at import."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from experiments import heap
+
+# a fresh process: import experiments (which sets the thresholds), then allocate and free a 40 MiB
+# array twenty times and print the minor page faults of those twenty. glibc serves 40 MiB (above
+# its largest dynamic mmap threshold, 32 MiB) with a fresh mapping each time; with the thresholds
+# fixed it comes from the heap, whose freed top is kept.
+CHURN = """
+import resource
+import experiments
+import numpy as np
+np.ones(5 << 20)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(20):
+    a = np.ones(5 << 20)
+    del a
+print(experiments.heap.apply())
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+def _churn(mode: str) -> tuple[str, int]:
+    env = {**os.environ, heap.ENV: mode}
+    out = subprocess.run([sys.executable, "-c", CHURN], env=env, capture_output=True, text=True, timeout=120,
+                         check=True).stdout.split("\n")
+    return out[0], int(out[1])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt and ru_minflt")
+def test_the_steady_heap_stops_a_freed_block_from_faulting_in_again():
+    state, faults = _churn("steady")
+    assert state == "steady (mmap 64 MiB, trim 128 MiB)"
+    assert faults < 100, faults
+    state, faults = _churn("default")
+    assert state == "glibc default"
+    assert faults > 5000, faults  # each 40 MiB block mapped afresh: pages faulted in again
+
+
+def test_a_bad_mode_is_a_one_line_error_naming_it(monkeypatch):
+    monkeypatch.setenv(heap.ENV, "jemalloc")
+    with pytest.raises(ValueError, match=r"MEMSIM_MALLOC='jemalloc': must be 'steady'.*or 'default'"):
+        heap.mode()
+    monkeypatch.setenv(heap.ENV, "")
+    assert heap.mode() == "steady"
+    monkeypatch.delenv(heap.ENV)
+    assert heap.mode() == "steady"
