@@ -20,7 +20,7 @@ import importlib
 
 from experiments import heap
 
-heap.apply()  # before this process allocates what it measures (see experiments.heap)
+heap.apply()  # MEMSIM_MALLOC, before this process allocates what it measures (see experiments.heap)
 
 # public name → (submodule, attribute)
 _EXPORTS = {

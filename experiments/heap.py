@@ -1,5 +1,6 @@
-"""The C heap of every measuring process: glibc's malloc held to fixed thresholds, so that a step's
-time does not depend on what the process allocated before it.
+"""The C heap of the measuring processes: glibc's own malloc thresholds (the default), or, with
+``MEMSIM_MALLOC=steady``, thresholds held fixed so that a step's time does not depend on what the
+process allocated before it.
 
 glibc serves an allocation above its mmap threshold with a fresh ``mmap`` (zeroed pages, a page
 fault on each first touch, an ``munmap`` on free) and gives the heap's free top back to the kernel
@@ -23,11 +24,20 @@ glibc twice: device-resident 1 418 and 1 324 samples/s against 1 046 and 1 103, 
 against 698 and 781, peak RSS of the process tree 1 116 and 1 192 MiB against 1 037 and 1 027 MiB
 (the heap keeps up to 128 MiB of freed top per process).
 
-``MEMSIM_MALLOC=default`` keeps glibc's own thresholds (what a training process gets unless it
-sets them); the rows record which was used (``malloc``). Off glibc (no ``mallopt``), nothing is
-set and the rows say so. Set at ``import experiments`` (:func:`apply`), so the sweep's run
-processes, the loader's spawned workers and the data-parallel processes all get it: they import
-this package before they allocate what they measure.
+It is not the default, because it does not speed every step up. Two sweeps of each, interleaved
+(steady, glibc, steady, glibc; the MLP at 48×48, batch 32 in two micro-batches, from RAM with 2
+augmentation passes, 0 and 2 workers, 2 repeats each; ``results/cpu-2core/malloc/``), medians of
+four runs: the bf16 step 21–23 against 31 ms, its samples/s 989 and 876 against 791 and 766 (0 and
+2 workers); the fp32 step 9.2 and 10.4 against 9.4 and 9.3 ms, with two steps of 17–18 ms, and its
+samples/s 1 711 and 1 476 against 1 849 and 1 643 (7–10% slower); peak RSS 80–130 MiB higher. The
+two quick studies measured with it as the default (``results/cpu-2core/holdout/pair20``,
+``pair21``) ran on a noisy machine and say nothing either way.
+
+``MEMSIM_MALLOC=default`` (or unset) keeps glibc's own thresholds, what a training process gets
+unless it sets them; the rows record which was used (``malloc``). Off glibc (no ``mallopt``)
+nothing is set and the rows say so. Applied at ``import experiments`` (:func:`apply`), so the
+sweep's run processes, the loader's spawned workers and the data-parallel processes all get the
+same: they import this package before they allocate what they measure, and inherit the variable.
 """
 
 from __future__ import annotations
@@ -46,11 +56,11 @@ _state: str | None = None
 
 
 def mode() -> str:
-    """``MEMSIM_MALLOC`` (unset: ``steady``); ValueError naming the value for anything else."""
-    value = os.environ.get(ENV, "steady").strip().lower() or "steady"
+    """``MEMSIM_MALLOC`` (unset: ``default``); ValueError naming the value for anything else."""
+    value = os.environ.get(ENV, "default").strip().lower() or "default"
     if value not in MODES:
-        raise ValueError(f"{ENV}={os.environ[ENV]!r}: must be 'steady' (fixed malloc thresholds, the default) "
-                         f"or 'default' (glibc's own); unset it or set one of those")
+        raise ValueError(f"{ENV}={os.environ[ENV]!r}: must be 'default' (glibc's own malloc thresholds, used when "
+                         f"unset) or 'steady' (fixed: mmap 64 MiB, trim 128 MiB); unset it or set one of those")
     return value
 
 

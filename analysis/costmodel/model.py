@@ -72,14 +72,16 @@ or a knob, and ``C`` is the host's core count from the rows):
   ``max(L + o + γ·S, S + γ·(L + o))``, one overlap factor for both sides, and the runs implied
   ``γ`` of 0.63–0.89 where the step was the longer (the CNNs) and −0.03–0.45 where the loader was
   (the MLP in bf16 at 48×48): a fold that held one of them out missed it by 22–41%. With the step
-  slowed by ``κ`` fitted on every run, the studies of 2026-11-26 fit ``γ`` and ``η`` at 0.00–0.17
-  and 0.00–0.08: the loader runs beside the step, and what the old ``γ`` held is the step's slow-down
-  (the CNN's 54 ms step took 60 ms beside the loader, the MLP's 4.4 ms 9 ms: ``T · (1 −
-  data_wait_frac)``). The main process's CPU puts the loader's work outside its stamped stages at
-  70–100 µs per sample, where samples/s alone had put it at 40 µs and the rest into ``γ``. On the
-  eighteen studies of ``results/cpu-2core/holdout`` (committed study, ``pair2``–``pair18``), medians
-  over the studies of median / max / τ, version 9 → 10: 5-fold cross-validation 5.8/33.5/0.81 →
-  5.1/32.8/0.85, each study's model predicting its second sweep 7.2/18.0/0.79 → 6.3/18.3/0.79.
+  slowed by ``κ`` fitted on every run, the studies since the host sampler's fix fit ``γ`` and ``η``
+  at 0.00–0.17 and 0.00–0.08: the loader runs beside the step, and what the old ``γ`` held is the
+  step's slow-down (the CNN's 54 ms step took 60 ms beside the loader, the MLP's 4.4 ms 9 ms:
+  ``T · (1 − data_wait_frac)``). The main process's CPU puts the loader's work outside its stamped
+  stages at 61–87 µs per sample (``pair14``–``pair20``), where samples/s alone had put it at
+  40–43 µs and the rest into ``γ``. On the eighteen studies of ``results/cpu-2core/holdout``
+  (committed study, ``pair2``–``pair18``), medians over the studies of median / max / τ, version 9
+  → 10: 5-fold cross-validation 5.8/33.5/0.81 → 5.1/32.8/0.85, each study's model predicting its
+  second sweep 7.2/18.0/0.79 → 6.3/18.3/0.79. On ``pair19``, measured after the form was chosen:
+  cv 8.1/26.5/0.90 → 5.6/26.3/0.90, compare 5.4/12.4/0.82 → 4.5/12.1/0.88.
   On an accelerator (``whatif --set hierarchy=...``, or rows measured on one) the step leaves the
   host: ``ν = κ = 0``.
   ``stage_main_scale`` stays as fitted (on rows measured before the host sampler's fix of

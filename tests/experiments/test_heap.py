@@ -1,4 +1,4 @@
-"""experiments.heap: the measuring processes' malloc thresholds, fixed at import."""
+"""experiments.heap: the measuring processes' malloc thresholds, glibc's or fixed (MEMSIM_MALLOC=steady)."""
 
 from __future__ import annotations
 
@@ -47,9 +47,11 @@ def test_the_steady_heap_stops_a_freed_block_from_faulting_in_again():
 
 def test_a_bad_mode_is_a_one_line_error_naming_it(monkeypatch):
     monkeypatch.setenv(heap.ENV, "jemalloc")
-    with pytest.raises(ValueError, match=r"MEMSIM_MALLOC='jemalloc': must be 'steady'.*or 'default'"):
+    with pytest.raises(ValueError, match=r"MEMSIM_MALLOC='jemalloc': must be 'default'.*or 'steady'"):
         heap.mode()
     monkeypatch.setenv(heap.ENV, "")
-    assert heap.mode() == "steady"
+    assert heap.mode() == "default"
     monkeypatch.delenv(heap.ENV)
+    assert heap.mode() == "default"
+    monkeypatch.setenv(heap.ENV, " Steady ")
     assert heap.mode() == "steady"
