@@ -91,10 +91,10 @@ def _ci(v, lo, hi, fmt="{:.0f}") -> str:
 
 ENV_KEYS = ["platform", "device_kind", "device_count", "cpu_count", "cpu_model", "cpu_simd", "python", "jax_version",
             "jaxlib_version", "flax_version", "optax_version", "grain_version", "numpy_version", "pandas_version",
-            "git_commit"]
+            "git_commit", "malloc"]
 #: fields rows carry only since a later version: listed where the study recorded them, left out of
 #: the table (not shown blank) for a folder written before
-RECENT_ENV_KEYS = ("cpu_model", "cpu_simd")
+RECENT_ENV_KEYS = ("cpu_model", "cpu_simd", "malloc")
 
 
 def environment(study) -> tuple[dict, str]:

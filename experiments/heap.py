@@ -45,6 +45,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import platform
 
 ENV = "MEMSIM_MALLOC"
 MODES = ("steady", "default")
@@ -67,21 +68,31 @@ def mode() -> str:
 def apply() -> str:
     """Sets this process's malloc thresholds as ``MEMSIM_MALLOC`` says (once; later calls return
     the first call's result) and returns what the rows record: ``steady (mmap 64 MiB, trim 128 MiB)``,
-    ``glibc default`` or ``unavailable (...)``."""
+    ``glibc default``, ``default (not glibc)`` or ``unavailable (...)`` (then nothing was changed or
+    the record says which threshold was)."""
     global _state
     if _state is not None:
         return _state
+    glibc = platform.libc_ver()[0] == "glibc"
     if mode() == "default":
-        _state = "glibc default"
+        _state = "glibc default" if glibc else "default (not glibc)"
         return _state
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
+        mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt if glibc else None
     except (OSError, AttributeError):
+        mallopt = None
+    if mallopt is None:
         _state = "unavailable (no glibc mallopt)"
         return _state
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
-    ok = mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
-    _state = (f"steady (mmap {MMAP_THRESHOLD >> 20} MiB, trim {TRIM_THRESHOLD >> 20} MiB)" if ok
-              else "unavailable (mallopt refused the thresholds)")
+    # the trim threshold first: it is the part that matters (see above), and older glibc refuses an
+    # mmap threshold above 32 MiB (HEAP_MAX_SIZE / 2)
+    trim = mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
+    mmap = trim and mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
+    if trim and mmap:
+        _state = f"steady (mmap {MMAP_THRESHOLD >> 20} MiB, trim {TRIM_THRESHOLD >> 20} MiB)"
+    elif trim:
+        _state = f"unavailable (trim {TRIM_THRESHOLD >> 20} MiB set, mallopt refused mmap {MMAP_THRESHOLD >> 20} MiB)"
+    else:
+        _state = "unavailable (mallopt refused the thresholds)"
     return _state

@@ -67,8 +67,11 @@ or a knob, and ``C`` is the host's core count from the rows):
   ``T = max(L + o + γ·Sc, Sc + o + η·L, (L + ν·S + o + tr) / C)``, ``Sc = S·(1 + κ·ρ·ν/C)``,
   ``ρ = L/T``: the loader runs beside the slowed step but for a share ``γ`` of it
   (``main_overlap_loss``), and the main thread waits after each step for at least a share ``η`` of
-  the loader's work (``main_serial_share``). These runs' contended step and main-process CPU (the
-  loader's ``L`` included) enter the fit as the runs with workers' do. Until version 9 the form was
+  the loader's work (``main_serial_share``). On the CPU host, these runs' contended step and
+  main-process CPU (the loader's ``L`` included) enter the fit as the runs with workers' do, for a
+  model family whose ``ν`` the runs with workers fit (on an accelerator's host the device runtime's
+  threads share that process's CPU, which no term describes). With no run without workers the fit
+  assumes them in series (``γ = η = 1``), and then the loader does not slow the step. Until version 9 the form was
   ``max(L + o + γ·S, S + γ·(L + o))``, one overlap factor for both sides, and the runs implied
   ``γ`` of 0.63–0.89 where the step was the longer (the CNNs) and −0.03–0.45 where the loader was
   (the MLP in bf16 at 48×48): a fold that held one of them out missed it by 22–41%. With the step
@@ -624,15 +627,18 @@ def cycle(p: dict, S: np.ndarray, L: np.ndarray, tr: np.ndarray, nw: np.ndarray,
     # share γ of it; the main thread waits at least a share η of the loader's work after each step.
     # Each branch is T = f(T) with f falling in T, so each has one root and the cycle is the larger.
     eta = p.get("main_serial_share", 0.0)
-    tl = 0.5 * ((L + o + g * S) + np.sqrt((L + o + g * S) ** 2 + 4.0 * g * S * kappa * L))
-    ts = 0.5 * ((S + o + eta * L) + np.sqrt((S + o + eta * L) ** 2 + 4.0 * S * kappa * L))
+    # in series (γ = η = 1: the fit's assumption when no run without workers was measured) the
+    # loader never runs beside the step, so it cannot slow it
+    kappa_m = kappa if (g < 1.0 or eta < 1.0) else np.zeros_like(kappa)
+    tl = 0.5 * ((L + o + g * S) + np.sqrt((L + o + g * S) ** 2 + 4.0 * g * S * kappa_m * L))
+    ts = 0.5 * ((S + o + eta * L) + np.sqrt((S + o + eta * L) ** 2 + 4.0 * S * kappa_m * L))
     T_main = np.maximum.reduce([tl, ts, cpu])
     rho_m = L / T_main
-    Sc_m = S * (1 + kappa * rho_m)
+    Sc_m = S * (1 + kappa_m * rho_m)
     par = nw >= 1
     return {"T": np.where(par, T_par, T_main), "Sc": np.where(par, Sc, Sc_m), "rho": np.where(par, rho, rho_m),
             "cpu": cpu, "workers": np.where(par, workers, 0.0), "main": np.where(par, Sc + o, Sc_m + o + eta * L),
-            "loader_main": np.where(par, 0.0, L + o + g * Sc_m)}
+            "loader_main": np.where(par, 0.0, L + o + g * Sc_m), "overhead": np.broadcast_to(o, S.shape)}
 
 
 def step_on_host_of(meas: pd.DataFrame) -> bool:
@@ -666,7 +672,9 @@ def contention_observed(meas: pd.DataFrame, B: np.ndarray, T: np.ndarray, cores:
     def col(c):
         return (pd.to_numeric(meas[c], errors="coerce").to_numpy(float) if c in meas
                 else np.full(len(meas), np.nan))
-    workers = np.where(pd.to_numeric(meas["num_workers"]).to_numpy() == 0, 0.0, B * col("worker_cpu_s_per_sample"))
+    nw = (pd.to_numeric(meas["num_workers"], errors="coerce").fillna(0).to_numpy() if "num_workers" in meas
+          else np.zeros(len(meas)))  # knob_frame's default: no workers
+    workers = np.where(nw == 0, 0.0, B * col("worker_cpu_s_per_sample"))
     return T * (1 - col("data_wait_frac")), col("host_cpu_util") * cores * T - workers
 
 
@@ -674,11 +682,13 @@ def bottleneck_name(parts: dict, nw: np.ndarray) -> np.ndarray:
     """Which term sets each cycle: host CPU, loader workers, loader (main process), the step, or
     the main thread's per-batch work when that outweighs the step."""
     T = parts["T"]
-    step = np.where(parts["Sc"] >= parts["main"] - parts["Sc"], "step", "main-thread per-batch work")
+    step = np.where(parts["Sc"] >= parts["overhead"], "step", "main-thread per-batch work")
+    cpu_bound = np.isclose(parts["cpu"], T, rtol=1e-6)
     out = np.where(nw >= 1,
-                   np.where(np.isclose(parts["cpu"], T, rtol=1e-6) & (parts["cpu"] >= parts["workers"]),
+                   np.where(cpu_bound & (parts["cpu"] >= parts["workers"]),
                             "host CPU", np.where(parts["workers"] >= parts["main"], "loader workers", step)),
-                   np.where(parts["loader_main"] >= parts["main"], "loader (main process)", step))
+                   np.where(cpu_bound & (parts["cpu"] >= np.maximum(parts["loader_main"], parts["main"])), "host CPU",
+                            np.where(parts["loader_main"] >= parts["main"], "loader (main process)", step)))
     return out.astype(object)
 
 
@@ -1038,6 +1048,12 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
     # H100 host's runs without workers burned 3-4 ms of CPU per batch beyond their whole cycle),
     # so there only the runs with workers enter
     use_m = np.isfinite(M_meas) & (M_meas > 0) & ((nw >= 1) | step_on_host)
+    # and both of their measurements depend on κ and their family's ν, which the runs with workers
+    # fit: without a run with workers (κ fixed at 0), or for a family that borrows another's ν,
+    # they would bend the loader's terms to a ν nobody fitted, so they are left out there
+    own_nu = np.isin(fam, [f for f in FAMILIES if ((fam == f) & (nw >= 1)).any()]) & step_on_host
+    use_c &= (nw >= 1) | own_nu
+    use_m &= (nw >= 1) | own_nu
     # ν per model family where every run with workers measured the main process's CPU; samples/s
     # alone do not tell one family's from another's (on a study whose rows lacked the workers' CPU,
     # a fold left one CNN run with a worker, loader-bound, and put the CNN's ν at 5.3), so rows

@@ -897,3 +897,35 @@ def test_calibrated_simulation_of_the_committed_study(tmp_path):
         assert p_dir == ("faster" if int(p1) > int(p0) else "slower")
         if m_dir != "within noise":
             assert m_dir == ("faster" if int(m1) > int(m0) else "slower")
+
+
+def test_runs_without_workers_fit_kappa_and_nu_only_with_runs_that_have_workers():
+    """A study without a run with workers leaves κ at 0 and the runs without workers out of the
+    contention residuals (no ν was fitted for them); with no run without workers the fit assumes the
+    loader in series, and a loader in series does not slow the step."""
+    true = {**TRUE, "stage_base_s": 3e-5, "stage_pixel_s": 1e-5, "worker_base_s": 2e-5, "worker_batch_s": 2e-3,
+            "worker_pixel_s": 2.5e-5}
+    rows = synthetic_rows(params=true, cpu_stamps=True, worker_cpu=True, contention=True)
+    only_main = costmodel.fit(rows[rows.num_workers == 0])
+    assert only_main.params["step_straggler"] == 0.0 and not any(k.startswith("step_cores") for k in only_main.params)
+    assert only_main.stats["median_abs_rel_error"] < 0.2  # fitted on samples/s, not bent to an unfitted ν
+    only_workers = costmodel.fit(rows[rows.num_workers >= 1])
+    assert only_workers.params["main_overlap_loss"] == only_workers.params["main_serial_share"] == 1.0
+    meas = costmodel.model.measured_configs(rows[rows.num_workers == 0])
+    comp = components(only_workers, meas)
+    np.testing.assert_allclose(comp.step_contended_s, comp.step_s, rtol=1e-12)
+    np.testing.assert_allclose(comp.cycle_s, comp.loader_s_per_batch + comp.overhead_s + comp.step_s, rtol=1e-9)
+
+
+def test_a_run_without_workers_held_by_the_host_cpu_says_so():
+    """On one core the processor-sharing bound holds a loader-bound run without workers: its
+    bottleneck is the host CPU, not the loader's thread."""
+    from analysis.costmodel.model import bottleneck_name, cycle
+    p = {"batch_overhead_s": 1e-3, "step_straggler": 0.8, "main_overlap_loss": 0.1, "main_serial_share": 0.05,
+         "step_cores_mlp": 1.8}
+    S, L, tr = np.array([4e-3]), np.array([20e-3]), np.array([1e-4])
+    parts = cycle(p, S, L, tr, np.array([0]), 1, family=np.array(["mlp"]))
+    assert parts["T"][0] == pytest.approx(parts["cpu"][0])
+    assert bottleneck_name(parts, np.array([0]))[0] == "host CPU"
+    parts = cycle(p, S, L, tr, np.array([0]), 4, family=np.array(["mlp"]))
+    assert bottleneck_name(parts, np.array([0]))[0] == "loader (main process)"

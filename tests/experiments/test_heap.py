@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import platform
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -31,11 +33,11 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 def _churn(mode: str) -> tuple[str, int]:
     env = {**os.environ, heap.ENV: mode}
     out = subprocess.run([sys.executable, "-c", CHURN], env=env, capture_output=True, text=True, timeout=120,
-                         check=True).stdout.split("\n")
+                         check=True, cwd=Path(__file__).resolve().parents[2]).stdout.split("\n")
     return out[0], int(out[1])
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt and ru_minflt")
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's mallopt and thresholds")
 def test_the_steady_heap_stops_a_freed_block_from_faulting_in_again():
     state, faults = _churn("steady")
     assert state == "steady (mmap 64 MiB, trim 128 MiB)"
