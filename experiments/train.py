@@ -286,8 +286,9 @@ class HostSampler:
     (family 6, model 207) on 2026-11-26, the MLP at 16×16 from memmap with four augmentation passes
     at batch 128 (two sweeps each way, interleaved; ``results/cpu-2core/sampler``): without
     workers, the 50 ms reads put the augmentation at 247-275 µs of CPU per sample and the run at
-    2 860-3 130 samples/s; with these reads, 213-218 µs and 3 420-3 550 samples/s (medians +12%). With a worker the run did not move (3 140-3 290 → 3 230-3 280). The
-    rows measured the instrument, and the cost model took it for a property of the main process
+    2 860-3 130 samples/s; with these reads, 213-218 µs and 3 420-3 550 samples/s (medians +12%).
+    With a worker the run did not move (3 140-3 290 → 3 230-3 280). The rows measured the
+    instrument, and the cost model took it for a property of the main process
     (``stage_main_scale`` 1.04-1.12 on the 2-core VM's quick studies)."""
 
     def __init__(self, period_s: float = 1.0):

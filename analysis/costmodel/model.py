@@ -591,6 +591,12 @@ def family_cores(p: dict, family) -> np.ndarray:
     return np.array([p.get(step_cores_name(f), fallback) for f in family], float)
 
 
+def _positive_root(a: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """The positive root of ``t² − a·t − c`` (``a, c ≥ 0``): the fixed point of ``t = a + c/t``,
+    the form each branch of :func:`cycle` takes."""
+    return 0.5 * (a + np.sqrt(a * a + 4.0 * c))
+
+
 def cycle(p: dict, S: np.ndarray, L: np.ndarray, tr: np.ndarray, nw: np.ndarray, cores: float,
           on_host: np.ndarray | bool = True, family=None) -> dict:
     """Seconds per batch ``T`` and its parts, solved per configuration (numpy arrays).
@@ -618,7 +624,7 @@ def cycle(p: dict, S: np.ndarray, L: np.ndarray, tr: np.ndarray, nw: np.ndarray,
     # then the larger of t and the other two bounds. (It replaced a 60-step bisection that took
     # 1 ms a call and most of a calibration's time.) u = L/T is not capped at one core: two workers
     # keep up to two busy, and the runs' contended steps follow u past 1 (version 7).
-    t_root = 0.5 * ((S + o) + np.sqrt((S + o) ** 2 + 4.0 * S * kappa * L))
+    t_root = _positive_root(S + o, S * kappa * L)
     T_par = np.maximum.reduce([t_root, workers, cpu])
     rho = L / T_par
     Sc = S * (1 + kappa * rho)
@@ -630,8 +636,8 @@ def cycle(p: dict, S: np.ndarray, L: np.ndarray, tr: np.ndarray, nw: np.ndarray,
     # in series (γ = η = 1: the fit's assumption when no run without workers was measured) the
     # loader never runs beside the step, so it cannot slow it
     kappa_m = kappa if (g < 1.0 or eta < 1.0) else np.zeros_like(kappa)
-    tl = 0.5 * ((L + o + g * S) + np.sqrt((L + o + g * S) ** 2 + 4.0 * g * S * kappa_m * L))
-    ts = 0.5 * ((S + o + eta * L) + np.sqrt((S + o + eta * L) ** 2 + 4.0 * S * kappa_m * L))
+    tl = _positive_root(L + o + g * S, g * S * kappa_m * L)
+    ts = _positive_root(S + o + eta * L, S * kappa_m * L)
     T_main = np.maximum.reduce([tl, ts, cpu])
     rho_m = L / T_main
     Sc_m = S * (1 + kappa_m * rho_m)
@@ -1038,22 +1044,19 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
         p.update(dict(zip(WORKER_PARAMS, wv)))
         worker_recs = list(zip(WORKER_PARAMS, wv, wse, wfree))
     names = [k for k in names if k not in fixed]
-    # 2c. what the runs with workers measured of the contention: the step's time beside the loader
+    # 2c. what the runs measured of the contention: the step's time beside the loader
     # (the fed loop's step less its wait for data) and the main process's CPU per batch (all CPU of
     # the run less the workers'); rows without the columns leave them out
     C_meas, M_meas = contention_observed(meas, B, T_meas, cores)
-    use_c = np.isfinite(C_meas) & (C_meas > 0)
-    # without workers the main process's CPU holds the loader's threads too (main_cpu's L); on an
-    # accelerator's host it also holds the device runtime's threads, which no term describes (the
-    # H100 host's runs without workers burned 3-4 ms of CPU per batch beyond their whole cycle),
-    # so there only the runs with workers enter
-    use_m = np.isfinite(M_meas) & (M_meas > 0) & ((nw >= 1) | step_on_host)
-    # and both of their measurements depend on κ and their family's ν, which the runs with workers
-    # fit: without a run with workers (κ fixed at 0), or for a family that borrows another's ν,
-    # they would bend the loader's terms to a ν nobody fitted, so they are left out there
+    # The runs without workers enter too (their main process's CPU holds the loader's threads:
+    # main_cpu's L), on the CPU host and where their family's ν is fitted. On an accelerator's host
+    # that CPU also holds the device runtime's threads, which no term describes (the H100 host's runs
+    # without workers burned 3-4 ms of CPU per batch beyond their whole cycle); and without a run
+    # with workers (κ fixed at 0), or for a family that borrows another's ν, both measurements would
+    # bend the loader's terms to a ν nobody fitted.
     own_nu = np.isin(fam, [f for f in FAMILIES if ((fam == f) & (nw >= 1)).any()]) & step_on_host
-    use_c &= (nw >= 1) | own_nu
-    use_m &= (nw >= 1) | own_nu
+    use_c = np.isfinite(C_meas) & (C_meas > 0) & ((nw >= 1) | own_nu)
+    use_m = np.isfinite(M_meas) & (M_meas > 0) & ((nw >= 1) | own_nu)
     # ν per model family where every run with workers measured the main process's CPU; samples/s
     # alone do not tell one family's from another's (on a study whose rows lacked the workers' CPU,
     # a fold left one CNN run with a worker, loader-bound, and put the CNN's ν at 5.3), so rows
