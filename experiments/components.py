@@ -53,7 +53,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments import results
+from experiments import heap, results
 from experiments.configs import check, to_flat_dict
 from experiments.env import environment
 
@@ -225,14 +225,17 @@ def measure_step(tc) -> dict:
             "label": rng.integers(0, tc.num_classes, tc.batch_size).astype(np.int32)}
     batch = put(host, sharding)
     jax.block_until_ready(batch)
+    released = heap.release_free()  # a heap holding nothing earlier shapes freed, as a run's (experiments.heap)
 
     def one(i):
-        c, t = time.process_time(), time.perf_counter()
+        f, c, t = heap.minor_faults(), time.process_time(), time.perf_counter()
         jax.block_until_ready(step(batch))
-        return {"step_time_s": time.perf_counter() - t, "cpu_s": time.process_time() - c}
+        return {"step_time_s": time.perf_counter() - t, "cpu_s": time.process_time() - c,
+                "minor_faults": heap.minor_faults() - f}
     w = measure_window(one, tc)
     times = np.array([r["step_time_s"] for r in w.records[w.warmup_steps:]])
     cpu = np.array([r["cpu_s"] for r in w.records[w.warmup_steps:]])
+    faults = np.array([r["minor_faults"] for r in w.records[w.warmup_steps:]])
     # the host cores the step keeps busy: the process's CPU seconds (XLA's thread pool included,
     # spinning or computing) per second of step
     return {"device_resident_samples_per_s": tc.batch_size * len(times) / float(times.sum()),
@@ -240,6 +243,7 @@ def measure_step(tc) -> dict:
             "device_resident_step_median_s": float(np.median(times)), "resident_steps_measured": len(times),
             "resident_measure_s": float(times.sum()), "resident_warmup_steps_run": w.warmup_steps,
             "resident_warmup_steady": w.steady, "compile_s": compile_s,
+            "resident_minor_faults_per_step": float(faults.mean()), "heap_released": released,
             "xla_flops_per_step": float(cost.get("flops", np.nan)),
             "xla_bytes_accessed_per_step": float(cost.get("bytes accessed", np.nan))}
 

@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from experiments import configs, env as env_lib
+from experiments import configs, env as env_lib, heap
 from experiments.configs import ConfigError, check
 from experiments.loader import (LoaderConfig, build_dataset, freeze_heap, grain_stats_frame, release_dead_workers_segments,
                                 shm_segments)
@@ -698,6 +698,7 @@ def run_detailed(cfg: TrainConfig) -> RunResult:
         last = {"batch": first}
 
         def fed_step(i):
+            f0 = heap.minor_faults()
             t0 = time.perf_counter()
             if i == 0:
                 batch, times = first, first_times
@@ -712,7 +713,7 @@ def run_detailed(cfg: TrainConfig) -> RunResult:
             check_finite(loss_v, i)
             last["batch"] = batch
             return {"step": i, "phase": "fed", "data_wait_s": t1 - t0, "step_time_s": t2 - t0,
-                    "compute_s": t2 - t1, "loss": loss_v, **times}
+                    "compute_s": t2 - t1, "loss": loss_v, "minor_faults": heap.minor_faults() - f0, **times}
 
         freeze_heap()  # the model, the compiled step and the imports: out of the loop's collections
         machine = MachineWindow(sampler.tree_cpu_s)
@@ -746,6 +747,7 @@ def run_detailed(cfg: TrainConfig) -> RunResult:
         n_fed = len(fed.records)
 
         def resident_step(i):
+            f0 = heap.minor_faults()
             t0 = time.perf_counter()
             with jax.transfer_guard("disallow"):
                 loss = step(resident)
@@ -754,7 +756,7 @@ def run_detailed(cfg: TrainConfig) -> RunResult:
             loss_v = float(jax.device_get(loss))
             check_finite(loss_v, n_fed + i)
             return {"step": n_fed + i, "phase": "resident", "data_wait_s": 0.0, "step_time_s": dt,
-                    "compute_s": dt, "loss": loss_v}
+                    "compute_s": dt, "loss": loss_v, "minor_faults": heap.minor_faults() - f0}
 
         res_machine = MachineWindow(sampler.tree_cpu_s)
         bound = measure_window(resident_step, cfg, on_measure_start=res_machine.start, agree=agree,
@@ -812,6 +814,11 @@ def run_detailed(cfg: TrainConfig) -> RunResult:
         "resident_warmup_steps_run": bound.warmup_steps,
         "resident_warmup_steady": bound.steady,
         "resident_loader_stopped": loader_quiet,
+        # the main process's minor page faults per step (all its threads: without workers the
+        # loader's too in the fed loop); a step that maps fresh memory pays one per 4 KiB page
+        # (experiments.heap.release_free)
+        "minor_faults_per_step": float(fed_df.minor_faults.mean()),
+        "resident_minor_faults_per_step": float(res_df.minor_faults.mean()),
         "feed_efficiency": sps / resident_sps,
         "feed_efficiency_lo": eff_lo,
         "feed_efficiency_hi": eff_hi,

@@ -66,6 +66,10 @@ def test_the_step_probe_compiles_the_shape_it_names(smoke_run):
     import os
     nu = res["step"].resident_cpu_cores
     assert ((nu > 0) & (nu <= 1.05 * os.cpu_count())).all(), nu.tolist()
+    # each shape measured from a released heap (on glibc), its page faults per step counted
+    import platform
+    assert res["step"].heap_released.astype(bool).all() == (platform.libc_ver()[0] == "glibc")
+    assert (res["step"].resident_minor_faults_per_step >= 0).all()
 
 
 def test_a_resumed_run_skips_what_it_has(smoke_run):

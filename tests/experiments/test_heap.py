@@ -57,3 +57,48 @@ def test_a_bad_mode_is_a_one_line_error_naming_it(monkeypatch):
     assert heap.mode() == "default"
     monkeypatch.setenv(heap.ENV, " Steady ")
     assert heap.mode() == "steady"
+
+
+# a fresh process: keep the heap's freed top (trim threshold 1 GiB), fill 200 MiB of the heap with
+# 64 KiB blocks (below the mmap threshold) and free them, then print the resident memory before and
+# after release_free, in MiB
+RELEASE = """
+import ctypes, resource
+from experiments import heap
+libc = ctypes.CDLL("libc.so.6")
+libc.mallopt(-1, 1 << 30)
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = (ctypes.c_void_p,)
+def rss():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2**20
+blocks = [libc.malloc(64 << 10) for _ in range(3200)]
+for b in blocks:
+    ctypes.memset(b, 1, 64 << 10)
+for b in blocks:
+    libc.free(b)
+held = rss()
+print(heap.release_free(), held, rss())
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc_trim")
+def test_release_free_gives_the_freed_heap_back():
+    out = subprocess.run([sys.executable, "-c", RELEASE], capture_output=True, text=True, timeout=120, check=True,
+                         cwd=Path(__file__).resolve().parents[2]).stdout.split()
+    released, held, after = out[0] == "True", float(out[1]), float(out[2])
+    assert released
+    assert held - after > 150, (held, after)  # the 200 MiB freed but kept, then given back
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc maps a 64 MiB block afresh")
+def test_minor_faults_count_the_pages_a_process_touches_first():
+    import ctypes
+    libc = ctypes.CDLL("libc.so.6")
+    libc.malloc.restype = ctypes.c_void_p
+    libc.free.argtypes = (ctypes.c_void_p,)
+    before = heap.minor_faults()
+    block = libc.malloc(64 << 20)  # above the 32 MiB mmap cap: a fresh mapping, no huge-page advice
+    ctypes.memset(block, 1, 64 << 20)  # (numpy advises huge pages for its large arrays)
+    after = heap.minor_faults()
+    libc.free(block)
+    assert after - before > 8000, after - before  # 16 384 pages of 4 KiB

@@ -344,6 +344,9 @@ def test_bound_is_measured_with_the_loader_stopped(data_cache, monkeypatch):
     assert any(n.startswith("grain-thread-prefetch") for n in calls[0][1])
     assert calls[1][0] == 0 and data_threads(calls[1][1]) == [], f"loader work alive during the bound: {calls[1]}"
     assert bool(r.resident_loader_stopped)
+    # the main process's page faults per step, counted in both windows
+    assert r.minor_faults_per_step >= 0 and r.resident_minor_faults_per_step >= 0
+    assert res.steps.minor_faults.notna().all() and (res.steps.minor_faults >= 0).all()
     phases = res.steps.groupby(["phase", "warmup"]).size()
     assert phases[("resident", False)] == r.resident_steps_measured >= 6
     assert phases[("fed", False)] == r.steps_measured >= 6
