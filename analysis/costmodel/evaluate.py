@@ -73,6 +73,10 @@ def compare(measured_rows: pd.DataFrame, predicted: pd.DataFrame,
     for c in ("steal_frac", "foreign_cpu_cores"):
         if c in ok:
             out[f"max_{c}"] = by[c].max().reindex(ids).to_numpy(float)
+    # the step's fresh pages: a step whose temporaries glibc maps afresh each call pays a page fault
+    # per 4 KiB, whose cost on a VM varies from call to call (experiments.heap.release_free)
+    if "resident_minor_faults_per_step" in ok:
+        out["step_faults"] = by["resident_minor_faults_per_step"].median().reindex(ids).to_numpy(float)
     # the machine's own steadiness: the stamped augmentation is the same numpy passes over the same
     # seeded samples in every repeat, so its CPU per sample should not differ between them; where it
     # does, the machine did the same work at another speed (10-20% between repeats on one 2-core VM of
@@ -265,6 +269,11 @@ def summary(cmp: pd.DataFrame) -> dict:
 #: and the cores other processes kept busy (both a few ticks above the counters' resolution, ~1%)
 STEAL_NOTE = 0.02
 FOREIGN_NOTE = 0.1
+#: a step's minor page faults per call worth naming: 1 000 pages (4 MB). In pair24's quick study on the
+#: 2-core VM (results/cpu-2core/holdout/README.md) the steps faulted under 250 times a call but for
+#: the bf16 MLP at 48×48 in micro-batches of 16 (8 643-8 676) and the CNN at 48×48 or batch 128
+#: (8 856-19 913); the first measured 26.6-36.0 ms in the runs, the probe and by hand that day
+FAULTS_NOTE = 1000
 
 
 def reason(row: pd.Series) -> str:
@@ -273,6 +282,8 @@ def reason(row: pd.Series) -> str:
     >>> reason(pd.Series({"measured": 100.0, "measured_lo": 80.0, "measured_hi": 120.0, "max_steal_frac": 0.05,
     ...                   "max_foreign_cpu_cores": 0.0}))
     'noisy measurement (interval 40% of the median); the hypervisor took 5% of the CPU in a measured window'
+    >>> reason(pd.Series({"measured": 100.0, "measured_lo": 99.0, "measured_hi": 101.0, "step_faults": 8643.0}))
+    'its step faulted in 35 MB of fresh pages a step, whose cost varies'
     """
     why = []
     if isinstance(row.get("extrapolated"), str) and row["extrapolated"]:
@@ -285,6 +296,9 @@ def reason(row: pd.Series) -> str:
         why.append(f"the hypervisor took {steal:.0%} of the CPU in a measured window")
     if np.isfinite(other) and other > FOREIGN_NOTE:
         why.append(f"other processes kept {other:.2f} cores busy in a measured window")
+    faults = row.get("step_faults", np.nan)
+    if np.isfinite(faults) and faults >= FAULTS_NOTE:
+        why.append(f"its step faulted in {faults * 4096 / 1e6:.0f} MB of fresh pages a step, whose cost varies")
     sp, pp = row.get("step_part"), row.get("pipeline_part")
     if sp is not None and pp is not None and np.isfinite(sp) and np.isfinite(pp):
         parts = []
