@@ -73,8 +73,30 @@ def run_dir(experiment: str, run_id: str | None = None, root: Path | str | None 
     d = base / run_id
     if d.exists() and not resume:
         raise ResultsError(f"{d} already exists; pass the same --run_id to resume it, or choose another run_id")
+    if d.exists():
+        check_same_malloc(d)
     d.mkdir(parents=True, exist_ok=True)
     return d
+
+
+def check_same_malloc(d: Path) -> None:
+    """ResultsError when the rows already in ``d`` (``rows.csv`` there and one folder down) were
+    measured under another malloc setting than this process has (``experiments.heap``): a resumed
+    run would mix the two within one configuration, whose id does not include it."""
+    from experiments import heap
+    now = heap.apply()
+    for p in [d / "rows.csv", *sorted(d.glob("*/rows.csv"))]:
+        if not p.is_file():
+            continue
+        try:
+            seen = pd.read_csv(p, usecols=lambda c: c == "malloc", dtype=str)
+        except (ValueError, pd.errors.ParserError, pd.errors.EmptyDataError):
+            continue  # not this check's business: reading the rows says what is wrong with them
+        other = sorted({v for v in seen.get("malloc", pd.Series(dtype=str)).dropna() if v != now})
+        if other:
+            raise ResultsError(f"{p}: measured with malloc {other[0]!r}, and this process has {now!r} "
+                               f"({heap.ENV}={os.environ.get(heap.ENV, '')!r}); resume with {heap.ENV} as it "
+                               f"was for those rows, or choose another run_id")
 
 
 def write_json_atomic(path: Path, obj, sort_keys: bool = True) -> None:

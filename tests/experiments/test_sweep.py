@@ -281,6 +281,29 @@ def test_existing_results_folder_is_never_overwritten(tmp_path):
     assert results.run_dir("sweep", a.name, tmp_path, resume=True) == a
 
 
+def test_resuming_under_another_malloc_setting_is_refused(tmp_path, monkeypatch):
+    # rows measured with the thresholds fixed, resumed by a process with glibc's own: refused before
+    # any work (a configuration's id does not include the setting, so its repeats would mix them)
+    from experiments import heap
+    monkeypatch.setattr(heap, "_state", "glibc default")
+    d = results.run_dir("sweep", "r1", tmp_path)
+    (d / "step_probe").mkdir()
+    for p in (d / "rows.csv", d / "step_probe" / "rows.csv"):
+        results.RowWriter(p.parent).append({"config_id": "a", "repeat": 0, "status": "ok", "malloc": "glibc default"})
+    assert results.run_dir("sweep", "r1", tmp_path, resume=True) == d  # the same setting: resumes
+    results.RowWriter(d / "step_probe").append({"config_id": "b", "repeat": 0, "status": "ok",
+                                                "malloc": "steady (mmap 64 MiB, trim 128 MiB)"})
+    with pytest.raises(results.ResultsError, match=r"step_probe/rows.csv: measured with malloc 'steady \(mmap 64 MiB, "
+                                                   r"trim 128 MiB\)', and this process has 'glibc default' "
+                                                   r"\(MEMSIM_MALLOC=.*\); resume with MEMSIM_MALLOC as it was"):
+        results.run_dir("sweep", "r1", tmp_path, resume=True)
+    # rows from before the column existed resume as before
+    (d / "step_probe" / "rows.csv").unlink()
+    (d / "step_probe" / "rows.columns.json").unlink()
+    results.RowWriter(d / "step_probe").append({"config_id": "b", "repeat": 0, "status": "ok"})
+    assert results.run_dir("sweep", "r1", tmp_path, resume=True) == d
+
+
 def test_impossible_grid_is_rejected_before_work():
     with pytest.raises(ConfigError, match="grad_accum_steps=3"):
         dataclasses.replace(sweep.smoke(), grad_accum_steps=(1, 3))
