@@ -599,8 +599,17 @@ def test_the_step_fit_tells_the_weights_pass_from_the_flop_rate():
     unseen = (grid.batch_size == 32) & (grid.image_size == 48) & (grid.grad_accum_steps == 2)
     rows = synthetic_rows(params=true)
     model = costmodel.fit(rows, step_probe=grid[~unseen])
-    for k in ("weight_pass_s_mlp_bf16", "flop_rate_mlp_bf16", "weight_pass_s_cnn_fp32", "flop_rate_cnn_fp32"):
+    for k in ("weight_pass_s_mlp_bf16", "flop_rate_mlp_bf16", "flop_rate_cnn_fp32"):
         assert model.params[k] == pytest.approx(true[k], rel=0.05), k
+    # the CNN has one parameter count at every image size: its weights' pass is part of its fixed
+    # cost per micro-batch (each cell has its own), and the table says so
+    p_cnn = features.knob_frame(grid[grid.model == "cnn"]).params.unique()
+    assert len(p_cnn) == 1 and model.params["weight_pass_s_cnn_fp32"] == 0
+    assert model.params["step_overhead_s_cnn_fp32"] == pytest.approx(
+        true["step_overhead_s"] + true["weight_pass_s_cnn_fp32"] * p_cnn[0], rel=0.05)
+    assert model.params["step_overhead_s_mlp_fp32"] == pytest.approx(true["step_overhead_s"], rel=0.05)
+    row = model.table.set_index("param").loc["weight_pass_s_cnn_fp32"]
+    assert row.fixed and "inside its fixed cost per micro-batch" in row.note
     kf = features.knob_frame(grid[unseen])
     predicted = components(model, grid[unseen]).step_s.to_numpy()
     assert np.allclose(predicted, step_time(true, kf), rtol=0.02)
