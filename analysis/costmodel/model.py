@@ -23,7 +23,8 @@ or a knob, and ``C`` is the host's core count from the rows):
   comparison 6.7 → 6.3% median; the largest held-out error fell or stayed on each of the fifteen
   studies since ``pair11`` (``pair13`` 16.6 → 11.7%, ``pair19`` 26.3 → 21.0%) and rose on three
   older ones (the committed study's 64 → 78%, ``pair2`` 36 → 47%, ``pair10`` 27 → 34%). A cell
-  without its own takes the geometric means (``step_overhead_s``, ``accum_loop_<family>``).
+  without its own fixed cost takes its family's other precision's, else the geometric mean
+  (``step_overhead_s``); without its own factor, its family's geometric mean (``accum_loop_<family>``).
 
   The memory side is measured, not assumed (version 6). On the 2-core CPU the MLP in bf16 at
   48×48 images stepped in 8.9, 10.4 and 12.5 ms at batch 32, 64 and 128 and in 21.0 ms at batch 32
@@ -997,11 +998,10 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
     if cnn_cells:
         step_names += [spill_name(m, q) for m, q in cnn_cells] + ["spill_w0_cnn"]
     scols = columns(skf)
-    sv, sse, sres, sfree = _lsq(lambda p: np.log(step_time({"step_overhead_s": np.nan, **p}, scols) / s_meas),
-                                step_names, {weight_pass_name(m, q): 0.0 for m, q in one_size})
-    p = dict(zip(step_names, sv))
     step_fixed = {weight_pass_name(m, q): 0.0 for m, q in sorted(one_size)}
-    p.update(step_fixed)
+    sv, sse, sres, sfree = _lsq(lambda p: np.log(step_time({"step_overhead_s": np.nan, **p}, scols) / s_meas),
+                                step_names, step_fixed)
+    p = {**dict(zip(step_names, sv)), **step_fixed}
     # what a cell the fit did not see takes: the geometric means of the fitted cells' (shown as fixed)
     derived = {"step_overhead_s": float(np.exp(np.mean(np.log([p[step_overhead_name(m, q)] for m, q in cells]))))}
     for fam in FAMILIES:

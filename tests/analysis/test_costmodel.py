@@ -578,6 +578,19 @@ def synthetic_probes(model_names=("mlp", "cnn")):
     return sp, lp
 
 
+def test_a_cell_without_its_own_fixed_cost_borrows_its_familys_then_the_shared_one():
+    from analysis.costmodel.model import step_time
+    p = {"step_overhead_s": 1e-3, "step_overhead_s_cnn_fp32": 5e-3, "update_s_per_param": 0.0,
+         "accum_loop_cnn": 1.5, "accum_loop_mlp_fp32": 1.2}
+    kf = pd.DataFrame({"model": ["cnn", "cnn", "mlp", "mlp"], "precision": ["fp32", "bf16", "bf16", "fp32"],
+                       "grad_accum_steps": [1, 2, 2, 2], "batch_size": [32] * 4, "params": [1.0] * 4,
+                       "flops_per_sample": [0.0] * 4, "pixels": [float(32 * 32 * 3)] * 4})
+    S = step_time(p, kf, rates=np.ones(4), weights=np.zeros(4))
+    # cnn fp32 its own; cnn bf16 the cnn fp32's, times the family's factor; mlp bf16 the shared cost
+    # and no factor of its family (1); mlp fp32 the shared cost and its own factor
+    assert np.allclose(S, [5e-3, 2 * 1.5 * 5e-3, 2 * 1e-3, 2 * 1.2 * 1e-3])
+
+
 def test_the_step_fit_tells_the_weights_pass_from_the_flop_rate():
     """A step whose time follows its parameters per micro-batch (the roofline's memory side: an
     MLP in bf16 on the CPU) beside one that follows its FLOPs: on a grid of batch × image ×
