@@ -38,7 +38,8 @@ The study measures the step and stage probes: calibration uses the loader probe 
 that decided it).
 
 Shapes run in a seeded shuffled order, so a slow spell of a shared machine does not land on one
-family; each shape is measured ``repeats`` times, round-robin. Rows are appended as each
+family; each shape is measured ``repeats`` times (the stage probe's ``stage_repeats``, 3 by
+default), round-robin. Rows are appended as each
 measurement finishes (Ctrl-C keeps them), and a resumed run skips the (shape, repeat) pairs it has.
 """
 
@@ -94,7 +95,16 @@ class ComponentConfig:
     min_measure_s: float = 0.25
     warmup_steps: int = 2
     max_warmup_s: float = 0.5
-    repeats: int = 1
+    repeats: int = 1  # rounds of the step and loader probes
+    # rounds of the stage probe: each combination once per round, every round in its own shuffled
+    # order; the cost model takes each combination's median. With one 0.3 s window per combination a
+    # slow spell lands on a few of them: over the fourteen quick studies of the 2-core Intel Xeon in
+    # results/cpu-2core/holdout (pair14–pair27, one round each), 20 of the 378 (study, combination)
+    # stamps were more than 20% above that combination's median over the fourteen, 13 more than 30%
+    # (pair27's ArrayRecord 16×16 with 4 passes: 367 µs, against 253–301 in the others). The
+    # cross-validation fold that leaned on that one predicted its held-out run 16% slow; with the
+    # stamp at the others' level, 12%. Two more rounds cost about 20 s on that machine.
+    stage_repeats: int = 3
     order_seed: int = 0
 
     def __post_init__(self):
@@ -104,6 +114,7 @@ class ComponentConfig:
               self.step_shapes, "each shape is a (batch_size, image_size) pair of positive integers, written 64x32 on "
               "the command line (--step_shapes=32x16,64x32)")
         check(self.repeats >= 1, "repeats", self.repeats, "must be >= 1")
+        check(self.stage_repeats >= 1, "stage_repeats", self.stage_repeats, "must be >= 1")
         check(self.loader_batch_size >= 1, "loader_batch_size", self.loader_batch_size, "must be >= 1")
         check(self.stage_batch_size >= 1, "stage_batch_size", self.stage_batch_size, "must be >= 1")
         check(self.min_steps >= 2, "min_steps", self.min_steps, "must be >= 2")
@@ -330,7 +341,7 @@ def run(cfg: ComponentConfig, out: str | Path, progress: bool = True) -> dict:
                                                      "environment": environment()}, sort_keys=False)
         done = results.done_pairs(d)
         writer = results.RowWriter(d)
-        order = _order(len(tcs), cfg.repeats, cfg.order_seed)
+        order = _order(len(tcs), cfg.stage_repeats if kind == "stage" else cfg.repeats, cfg.order_seed)
         for k, (i, rep) in enumerate(order):
             tc = tcs[i]
             flat = to_flat_dict(tc)

@@ -905,7 +905,16 @@ def _ok_image_rows(frame: pd.DataFrame | None, need: str, what: str) -> pd.DataF
 
 def _stage_probe_rows(frame: pd.DataFrame | None) -> pd.DataFrame | None:
     """The stage probe's ok rows with their stamped CPU per sample (``cpu_stamped_s_per_sample``:
-    read + decode + augmentation), or None when there are none."""
+    read + decode + augmentation), one row per (source, image size, augmentation cost) with the
+    median over its rounds (``experiments.components``' ``stage_repeats``: a slow spell inflates a
+    single window's stamps, by up to 80% on the 2-core Intel Xeon, and seldom deflates them), or None when there are none.
+
+    >>> r = pd.DataFrame({"source": ["ram"] * 3 + ["memmap"], "image_size": 16, "augment_cost": 0,
+    ...                   "read_cpu_s_per_sample": [1e-6, 1e-6, 1e-6, 5e-6], "decode_cpu_s_per_sample": 0.0,
+    ...                   "augment_cpu_s_per_sample": [40e-6, 90e-6, 41e-6, 43e-6]})
+    >>> (_stage_probe_rows(r).cpu_stamped_s_per_sample * 1e6).round(1).tolist()
+    [42.0, 48.0]
+    """
     if frame is None or not len(frame):
         return None
     missing = [c for c in CPU_STAMPS + ("source", "image_size", "augment_cost") if c not in frame]
@@ -915,7 +924,11 @@ def _stage_probe_rows(frame: pd.DataFrame | None) -> pd.DataFrame | None:
     f = frame[frame["status"].astype(str) == "ok"] if "status" in frame else frame
     f = f.assign(cpu_stamped_s_per_sample=_cpu_stamped(f))
     f = f[np.isfinite(f.cpu_stamped_s_per_sample) & (f.cpu_stamped_s_per_sample > 0)]
-    return f.reset_index(drop=True) if len(f) else None
+    if not len(f):
+        return None
+    key = ["source", "image_size", "augment_cost"]
+    med = f.groupby(key, sort=False).cpu_stamped_s_per_sample.transform("median")
+    return f.assign(cpu_stamped_s_per_sample=med).drop_duplicates(key).reset_index(drop=True)
 
 
 def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFrame | None = None,

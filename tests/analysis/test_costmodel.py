@@ -200,6 +200,27 @@ def test_the_stage_probe_gives_the_stages_shape_and_the_rows_how_the_pipeline_in
         costmodel.fit(rows, stage_probe=sp.drop(columns="augment_cpu_s_per_sample"))
 
 
+def test_a_slow_spell_in_one_round_of_the_stage_probe_does_not_move_the_stages():
+    # Three rounds of the probe (experiments.components' stage_repeats), one of them caught in a slow
+    # spell on one combination (1.45x, as pair27's ArrayRecord 16x16 with 4 passes): the fit takes
+    # each combination's median and recovers the stages; one round with the spell does not
+    true = {**ONE_NU, "stage_base_s": 2e-5, "stage_pixel_s": 4e-6, "decode_pixel_s": 1.5e-5, "stage_scale": 1.2,
+            "stage_offset_s": 1.2e-5}
+    rows = synthetic_rows(params=true, cpu_stamps=True)
+    sp = synthetic_stage_probe(true)
+    stamps = ["read_cpu_s_per_sample", "decode_cpu_s_per_sample", "augment_cpu_s_per_sample"]
+    spell = sp.copy()
+    hit = (spell.source == "arrayrecord") & (spell.image_size == 16) & (spell.augment_cost == 4)
+    spell.loc[hit, stamps] *= 1.45
+    rounds = pd.concat([spell.assign(repeat=0), sp.assign(repeat=1), sp.assign(repeat=2)], ignore_index=True)
+    model = costmodel.fit(rows, stage_probe=rounds)
+    for k in ("stage_base_s", "stage_pixel_s", "augment_pass_s", "read_arrayrecord_s", "decode_pixel_s", "stage_scale"):
+        assert model.params[k] == pytest.approx(true[k], rel=0.05), k
+    assert model.stats["stage_rms_log_residual"] < 1e-6
+    one = costmodel.fit(rows, stage_probe=spell)
+    assert one.stats["stage_rms_log_residual"] > 1e-3
+
+
 def test_the_stages_cost_more_in_the_main_process_and_are_not_linear_in_the_pixels():
     # The rows stamp the stages both beside the step (num_workers=0) and in workers: the fit recovers
     # the main process's factor; the stage probe's three image sizes identify the factor at the middle

@@ -36,12 +36,17 @@ def test_the_stage_probe_stamps_every_stage_of_every_combination(smoke_run):
     cfg, out, res = smoke_run
     st = res["stage"]
     assert (out / "stage_probe" / "rows.csv").is_file() and (st.status == "ok").all(), st.error.tolist()
-    assert len(st) == len(cfg.stage_configs()) == 4
-    assert sorted(zip(st.source, st.augment_cost)) == [("arrayrecord", 0), ("arrayrecord", 1), ("ram", 0), ("ram", 1)]
+    # every combination once per round, each round complete before the next (a slow spell lands on
+    # one round of several combinations, not on every round of one)
+    assert cfg.stage_repeats == 3 and len(st) == 3 * len(cfg.stage_configs()) == 12
+    assert st.repeat.tolist() == [0] * 4 + [1] * 4 + [2] * 4
+    assert all(sorted(zip(g.source, g.augment_cost)) == [("arrayrecord", 0), ("arrayrecord", 1), ("ram", 0), ("ram", 1)]
+               for _, g in st.groupby("repeat"))
+    assert st.groupby("config_id").repeat.nunique().eq(3).all()
     assert (st.read_cpu_s_per_sample > 0).all() and (st.augment_cpu_s_per_sample > 0).all()
     assert (st[st.source == "ram"].decode_cpu_s_per_sample == 0).all()
     assert (st[st.source == "arrayrecord"].decode_cpu_s_per_sample > 0).all()
-    by = st.set_index(["source", "augment_cost"]).augment_cpu_s_per_sample
+    by = st.groupby(["source", "augment_cost"]).augment_cpu_s_per_sample.median()
     assert by["ram", 1] > by["ram", 0] and by["arrayrecord", 1] > by["arrayrecord", 0]
     # the stamps are the stages' own CPU: together no more than the thread's time per sample
     stamped = st.read_cpu_s_per_sample + st.decode_cpu_s_per_sample + st.augment_cpu_s_per_sample
@@ -139,6 +144,12 @@ def test_the_command_line_runs_the_preset_and_exits_zero(tmp_path, capsys):
                "--grad_accum_steps=1", "--augment_cost=0"])
     out = capsys.readouterr()
     assert rc == 0, out.err[-2000:]
-    assert "step probe: 2 rows, stage probe: 2 rows, loader probe: 2 rows" in out.out
+    assert "step probe: 2 rows, stage probe: 6 rows, loader probe: 2 rows" in out.out
+    rc = main(["components", "--preset", "smoke", f"--results_root={tmp_path / 'one'}", f"--cache_dir={tmp_path / 'cache'}",
+               "--grad_accum_steps=1", "--augment_cost=0", "--stage_repeats=1", "--model=", "--loader=false"])
+    out = capsys.readouterr()
+    assert rc == 0 and "stage probe: 2 rows" in out.out, out.err[-2000:]
+    assert main(["components", "--preset", "smoke", "--stage_repeats=0"]) == 2
+    assert "stage_repeats" in capsys.readouterr().err
     assert main(["components", "--preset", "smoke", "--step_shapes=7"]) == 2
     assert "step_shapes" in capsys.readouterr().err
