@@ -200,6 +200,26 @@ def test_the_stage_probe_gives_the_stages_shape_and_the_rows_how_the_pipeline_in
         costmodel.fit(rows, stage_probe=sp.drop(columns="augment_cpu_s_per_sample"))
 
 
+def test_arrayrecord_samples_get_their_own_offset_in_the_pipeline():
+    # Version 12: the pipeline adds less CPU on top of the stages alone for ArrayRecord (its decode
+    # hands the augmentation a cached array) than for RAM and memmap samples; the rows of several
+    # sources identify both offsets, and rows of one source keep the one shared offset
+    from analysis.costmodel.model import AR_OFFSET, stage_time
+    true = {**ONE_NU, "stage_base_s": 2e-5, "stage_pixel_s": 4e-6, "decode_pixel_s": 1.5e-5, "stage_scale": 1.0,
+            "stage_offset_s": 4e-5, AR_OFFSET: 2e-5}
+    rows = synthetic_rows(params=true, cpu_stamps=True)
+    assert {"arrayrecord", "ram"} <= set(rows.source)
+    model = costmodel.fit(rows, stage_probe=synthetic_stage_probe(true))
+    assert model.params[AR_OFFSET] == pytest.approx(2e-5, rel=0.05)
+    assert model.params["stage_offset_s"] == pytest.approx(4e-5, rel=0.05)
+    assert model.stats["stage_rms_log_residual"] < 1e-6
+    kf = features.knob_frame(rows)
+    ar = (kf.source == "arrayrecord").to_numpy()
+    np.testing.assert_allclose(stage_time(model.params, kf)[ar], stage_time(true, kf)[ar], rtol=0.01)
+    one = rows[rows.source == "ram"]
+    assert AR_OFFSET not in costmodel.fit(one, stage_probe=synthetic_stage_probe(true)).params
+
+
 def test_a_slow_spell_in_one_round_of_the_stage_probe_does_not_move_the_stages():
     # Three rounds of the probe (experiments.components' stage_repeats), one of them caught in a slow
     # spell on one combination (1.45x, as pair27's ArrayRecord 16x16 with 4 passes): the fit takes
