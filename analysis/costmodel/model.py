@@ -516,13 +516,18 @@ def step_time(p: dict, kf: pd.DataFrame, rates: np.ndarray | None = None,
     # factor, else the shared ones (a GPU what-if's fixed costs are per configuration)
     loop = np.array([p.get(accum_loop_name(m, q), p.get(f"accum_loop_{m}", 1.0))
                      for m, q in zip(kf.model, kf.precision)]) ** (accum > 1)
-    own = np.array([p.get(step_overhead_name(m, q), p.get(step_overhead_name(m, "fp32" if q == "bf16" else "bf16"), np.nan))
+    own = np.array([p.get(step_overhead_name(m, q), p.get(step_overhead_name(m, other_precision(q)), np.nan))
                     for m, q in zip(kf.model, kf.precision)], float)
     over = np.where(np.isnan(own), p["step_overhead_s"], own)
     params = np.asarray(kf.params, float)
     flops = micro * np.asarray(kf.flops_per_sample) / rates * spill_factor(p, kf)
     return (accum * loop * (over + weights * params + flops)
             + p["update_s_per_param"] * params)
+
+
+def other_precision(q: str) -> str:
+    """The precision a cell borrows from when it has no term of its own."""
+    return "fp32" if q == "bf16" else "bf16"
 
 
 def step_overhead_name(family: str, precision: str) -> str:
@@ -545,7 +550,7 @@ def spill_factor(p: dict, kf: pd.DataFrame) -> np.ndarray:
     cell without its own ``σ`` takes the other precision's."""
     accum = np.asarray(kf.grad_accum_steps, float)
     W = np.asarray(kf.batch_size, float) / accum * np.asarray(kf.pixels, float) / REF_PIXELS
-    sig = np.array([p.get(spill_name(m, q), p.get(spill_name(m, "fp32" if q == "bf16" else "bf16"), 0.0))
+    sig = np.array([p.get(spill_name(m, q), p.get(spill_name(m, other_precision(q)), 0.0))
                     for m, q in zip(kf.model, kf.precision)])
     W0 = np.array([p.get(f"spill_w0_{m}", 1.0) for m in kf.model])
     return 1.0 + sig * W / (W + W0)
@@ -611,9 +616,9 @@ def stage_time(p: dict, kf: pd.DataFrame) -> np.ndarray:
     The offset is the pipeline's CPU on top of the stages alone, and it is smaller for ArrayRecord.
     The likely reason: its decode hands the augmentation a fresh array, still in the cache, while a
     RAM or memmap sample is read from the dataset's memory, which the stage probe's loop over the
-    same 2 048 samples keeps cached and a run's worker does not (not measured apart). Over the quiet quick studies ``pair14``–``pair28`` of
-    ``results/cpu-2core/holdout`` (2-core Intel Xeon, 2026-11-26), medians per configuration of
-    stamps minus stages alone:
+    same 2 048 samples keeps cached and a run's worker does not (not measured apart). Over the quiet
+    quick studies ``pair14``–``pair28`` of ``results/cpu-2core/holdout`` (2-core Intel Xeon,
+    2026-11-26), medians per configuration of stamps minus stages alone:
     - ArrayRecord runs: 11–25 µs a sample;
     - RAM and memmap runs with 0 or 2 augmentation passes: 31–41 µs;
     - RAM and memmap runs with 4 passes: 0–10 µs.
@@ -933,7 +938,8 @@ def _stage_probe_rows(frame: pd.DataFrame | None) -> pd.DataFrame | None:
     """The stage probe's ok rows with their stamped CPU per sample (``cpu_stamped_s_per_sample``:
     read + decode + augmentation), one row per (source, image size, augmentation cost) with the
     median over its rounds (``experiments.components``' ``stage_repeats``: a slow spell inflates a
-    single window's stamps, by up to 80% on the 2-core Intel Xeon, and seldom deflates them), or None when there are none.
+    single window's stamps, by up to 80% on the 2-core Intel Xeon, and seldom deflates them), or
+    None when there are none.
 
     >>> r = pd.DataFrame({"source": ["ram"] * 3 + ["memmap"], "image_size": 16, "augment_cost": 0,
     ...                   "read_cpu_s_per_sample": [1e-6, 1e-6, 1e-6, 5e-6], "decode_cpu_s_per_sample": 0.0,
@@ -1316,7 +1322,7 @@ def _cell_terms(model: CostModel, kf: pd.DataFrame, name_of) -> np.ndarray:
         if name in p:
             out.append(p[name])
             continue
-        other_q = "fp32" if q == "bf16" else "bf16"
+        other_q = other_precision(q)
         same = p.get(name_of(m, other_q))
         ratios = [_at_reference(p, name_of, f, q) / _at_reference(p, name_of, f, other_q) for f in FAMILIES
                   if name_of(f, q) in p and p.get(name_of(f, other_q), 0.0) > 0]
