@@ -203,6 +203,45 @@ def for_sweep(cfg, repeats: int = 1, loader: bool = True, stage: bool = True) ->
                            warmup_steps=1, max_warmup_s=min(0.3, cfg.max_warmup_s))
 
 
+def worker_sweep(cfg, repeats: int = 2):
+    """The worker probe of a sweep (``experiments.sweep.SweepConfig``): a sweep of one loader worker
+    (``num_workers=1``, ``feed='none'``) feeding the width-16, depth-1 MLP, whose step (well under a
+    millisecond) the worker never waits for, at the smallest and largest of the sweep's batch sizes
+    and image sizes (4 runs for the quick sweep), each ``repeats`` times, with half-second windows.
+    Source ``ram`` and no augmentation: what is measured is the worker's CPU outside its stamped
+    stages (Grain's per-element work, the batching, the batch's copy into shared memory), which does
+    not read the source, and with the cheapest stages that rest is the largest share of it.
+
+    Why: the cost model fits that rest (``worker_base_s``, ``worker_batch_s``, ``worker_pixel_s``)
+    on the runs with workers, and in the quick study's designed sample only two runs have one worker
+    and the loader as the bottleneck (the MLP at batch 128 and 16×16, ArrayRecord; at batch 64 and
+    32×32, RAM). A 5-fold cross-validation that holds both out fits the rest on runs whose workers
+    wait for the step, and over the seventeen quiet quick studies of the 2-core Intel Xeon in
+    ``results/cpu-2core/holdout`` (``pair14``–``pair30``) it put them a median 12–14% too slow (at
+    worst 38%). One worker feeding the width-16 MLP measured the rest at 90–117 µs a sample at batch
+    128 and 115–170 µs at batch 32 (``holdout/worker-grid/width16``), against 99–117 µs in those
+    studies' own one-worker runs at batches 128 and 64.
+
+    The equivalent command line: ``python -m experiments sweep --preset quick --model=mlp --width=16
+    --depth=1 --precision=fp32 --source=ram --image_size=16,48 --batch_size=32,128 --augment_cost=0
+    --num_workers=1 --feed=none --prefetch_buffer_size=4 --grad_accum_steps=1 --sample_size=0
+    --repeats=2 --min_measure_s=0.5 --max_warmup_s=0.5``."""
+    from experiments.sweep import SweepConfig
+
+    def levels(k):
+        vals = set(getattr(cfg, k)) | (set(getattr(cfg, f"sample_{k}")) if cfg.sample_size else set())
+        return tuple(sorted(vals))
+    bs, im = levels("batch_size"), levels("image_size")
+    return SweepConfig(model=("mlp",), source=("ram",), image_size=tuple(sorted({im[0], im[-1]})),
+                       batch_size=tuple(sorted({bs[0], bs[-1]})), grad_accum_steps=(1,), precision=("fp32",),
+                       augment_cost=(0,), num_workers=(1,), prefetch_buffer_size=(max(levels("prefetch_buffer_size")),),
+                       device_buffer_size=(2,), feed=("none",), num_processes=(1,), sample_size=0, width=16, depth=1,
+                       num_samples=cfg.num_samples, min_steps=cfg.min_steps, min_measure_s=min(0.5, cfg.min_measure_s),
+                       warmup_steps=cfg.warmup_steps, warmup_time_s=0.0, max_warmup_s=min(0.5, cfg.max_warmup_s),
+                       seed=cfg.seed, grain_stats=False, cache_dir=cfg.cache_dir, repeats=repeats,
+                       order_seed=cfg.order_seed, config_timeout_s=cfg.config_timeout_s, isolate=cfg.isolate)
+
+
 def quick() -> ComponentConfig:
     """The parts of the quick sweep (the study's): every model × precision × accumulation cell at five
     (batch, image) shapes, every source × image size × augmentation cost of the loader."""

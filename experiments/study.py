@@ -37,6 +37,9 @@ class StudyConfig(SweepConfig):
     # the step probe (experiments.components: the step alone over the sweep's model × precision ×
     # accumulation cells, for the cost model's calibration); 'none' skips it
     components_preset: Literal["none", "study"] = "study"
+    # the worker probe (experiments.components.worker_sweep: one loader worker feeding a step too small
+    # to wait for, at the sweep's smallest and largest batch and image sizes); 'none' skips it
+    worker_probe_preset: Literal["none", "study"] = "study"
 
 
 def _study(sweep_cfg: SweepConfig, **kw) -> StudyConfig:
@@ -85,6 +88,25 @@ def run_components(cfg: StudyConfig, out: Path):
         raise RuntimeError(f"{res['failed']} step or stage probe shape(s) failed; see step_probe/rows.csv "
                            f"and stage_probe/rows.csv")
     return res
+
+
+def run_worker_probe(cfg: StudyConfig, out: Path):
+    """The worker probe of the study's sweep into ``out/worker_probe`` (a sweep's folder: resumable,
+    each run in its own process as the sweep's are), for the cost model's worker fit; its rows, or
+    None with ``worker_probe_preset='none'``."""
+    if cfg.worker_probe_preset == "none":
+        return None
+    from experiments import components
+    wcfg = components.worker_sweep(cfg)
+    print(f"worker probe ({len(wcfg.train_configs())} loader shapes × {wcfg.repeats}: one worker, a step too small "
+          f"to wait for) …", flush=True)
+    d = out / "worker_probe"
+    d.mkdir(exist_ok=True)
+    rows = results.current(sweep.run(wcfg, d, "worker probe", progress=False))
+    bad = rows[rows["status"].astype(str) != "ok"] if len(rows) and "status" in rows else rows.iloc[:0]
+    if len(bad):
+        raise RuntimeError(f"{len(bad)} worker probe run(s) failed; see worker_probe/rows.csv")
+    return rows
 
 
 def run_scaling(cfg: StudyConfig, out: Path):
@@ -171,6 +193,8 @@ def main(cfg: StudyConfig, preset: str, run_id: str | None = None, results_root:
             stage_s["probes"], t = time.perf_counter() - t, time.perf_counter()
             _stage(errors, "components", run_components, cfg, out)
             stage_s["components"], t = time.perf_counter() - t, time.perf_counter()
+            _stage(errors, "worker_probe", run_worker_probe, cfg, out)
+            stage_s["worker_probe"], t = time.perf_counter() - t, time.perf_counter()
             _stage(errors, "scaling", run_scaling, cfg, out)
             stage_s["scaling"], t = time.perf_counter() - t, time.perf_counter()
             _stage(errors, "rules", run_rules, cfg, out)

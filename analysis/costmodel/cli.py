@@ -22,7 +22,7 @@ WHATIF_HELP = "predict a configuration with knobs changed, beside its calibrated
 
 def read_dir(path: str) -> dict:
     """The frames a results folder holds for calibration: rows, probes, steps, and the component
-    probes (step and loader) a study writes beside them."""
+    probes (step, stage, loader and worker) a study writes beside them."""
     from experiments.results import read_csv_rows
     d = Path(path)
     if not (d / "rows.csv").is_file():
@@ -30,7 +30,8 @@ def read_dir(path: str) -> dict:
                              f"(python -m experiments study --preset quick)")
     out = {"rows": read_csv_rows(d / "rows.csv")}
     for key, rel in (("probes", "probe/rows.csv"), ("steps", "steps.csv"), ("step_probe", "step_probe/rows.csv"),
-                     ("stage_probe", "stage_probe/rows.csv"), ("loader_probe", "loader_probe/rows.csv")):
+                     ("stage_probe", "stage_probe/rows.csv"), ("loader_probe", "loader_probe/rows.csv"),
+                     ("worker_probe", "worker_probe/rows.csv")):
         out[key] = read_csv_rows(d / rel) if (d / rel).is_file() else None
     return out
 
@@ -38,7 +39,7 @@ def read_dir(path: str) -> dict:
 def read_dirs(paths: list[str]) -> dict:
     parts = [read_dir(p) for p in paths]
     out = {}
-    for key in ("rows", "probes", "steps", "step_probe", "stage_probe", "loader_probe"):
+    for key in ("rows", "probes", "steps", "step_probe", "stage_probe", "loader_probe", "worker_probe"):
         frames = [p[key] for p in parts if p[key] is not None]
         out[key] = pd.concat(frames, ignore_index=True) if frames else None
     return out
@@ -76,7 +77,8 @@ def cmd_fit(args) -> int:
     from analysis.costmodel.model import fit
     d = read_dirs(args.results)
     model = fit(d["rows"], d["probes"], d["steps"], d["step_probe"], sources=args.results,
-                loader_probe=d["loader_probe"] if args.loader_probe else None, stage_probe=d["stage_probe"])
+                loader_probe=d["loader_probe"] if args.loader_probe else None, stage_probe=d["stage_probe"],
+                worker_probe=d["worker_probe"])
     out = Path(args.out or Path(args.results[0]) / "costmodel.json")
     model.save(out)
     print(model.report())
@@ -220,7 +222,8 @@ def cmd_cv(args) -> int:
     d = read_dir(args.results)
     cmp = cross_validate(d["rows"], kind=args.kind, folds=args.folds, seed=args.seed, probes=d["probes"],
                          steps=d["steps"], step_probe=d["step_probe"], stage_probe=d["stage_probe"],
-                         loader_probe=d["loader_probe"] if args.loader_probe else None, step=args.step)
+                         loader_probe=d["loader_probe"] if args.loader_probe else None, step=args.step,
+                         worker_probe=d["worker_probe"])
     s = summary(cmp)
     s["kind"] = args.kind
     s["step"] = args.step

@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 
 from analysis.costmodel.features import CostModelError
-from analysis.costmodel.model import CostModel, fit, measured_configs, predict, transfer_from_probes
+from analysis.costmodel.model import (WORKER_SHAPE, CostModel, fit, measured_configs, predict,
+                                      transfer_from_probes)
 
 #: the knobs leave-one-knob-value-out cycles through (those with at least two measured values)
 LOKVO_KNOBS = ("num_workers", "batch_size", "image_size", "augment_cost", "source", "precision",
@@ -355,7 +356,8 @@ def cross_validate(rows: pd.DataFrame, *, kind: str = "kfold", folds: int = 5, s
                    probes: pd.DataFrame | None = None, steps: pd.DataFrame | None = None,
                    step_probe: pd.DataFrame | None = None, knobs=LOKVO_KNOBS,
                    transfer: dict | None = None, loader_probe: pd.DataFrame | None = None,
-                   stage_probe: pd.DataFrame | None = None, step: str = "predicted") -> pd.DataFrame:
+                   stage_probe: pd.DataFrame | None = None, step: str = "predicted",
+                   worker_probe: pd.DataFrame | None = None) -> pd.DataFrame:
     """Held-out predictions: calibrate without some configurations, predict them.
 
     Args:
@@ -364,8 +366,9 @@ def cross_validate(rows: pd.DataFrame, *, kind: str = "kfold", folds: int = 5, s
             ``"lokvo"`` (leave one knob value out: for each knob of ``knobs`` with at least two
             measured values, and each value, hold out every configuration with that value).
         folds: the number of folds of ``kfold`` (at most the number of configurations).
-        probes, steps, step_probe, stage_probe, loader_probe: passed to :func:`fit`. The component
-            probes' rows of a held-out configuration's own step and loader shapes are held out with it
+        probes, steps, step_probe, stage_probe, loader_probe, worker_probe: passed to :func:`fit`.
+            The component probes' rows of a held-out configuration's own step and loader shapes
+            (the worker probe's: its loader shape and batch size) are held out with it
             (:func:`without_held_out`), and under ``lokvo`` every probe row with the held-out value.
         transfer: the probes' copy fit (:func:`transfer_from_probes`) when the caller has it.
         step: ``"predicted"`` (a held-out configuration's step comes from the step model, its own
@@ -410,7 +413,8 @@ def cross_validate(rows: pd.DataFrame, *, kind: str = "kfold", folds: int = 5, s
         try:
             model = fit(train, probes, steps, without_held_out(step_probe, test, STEP_SHAPE, knob), transfer=transfer,
                         loader_probe=without_held_out(loader_probe, test, LOADER_SHAPE, knob),
-                        stage_probe=without_held_out(stage_probe, test, LOADER_SHAPE, knob))
+                        stage_probe=without_held_out(stage_probe, test, LOADER_SHAPE, knob),
+                        worker_probe=without_held_out(worker_probe, test, WORKER_SHAPE, knob))
         except CostModelError as e:
             print(f"cross-validation: {name} skipped: {e}")
             continue

@@ -140,6 +140,22 @@ noise of each other. (An earlier form fitted the shared ``x`` to the worker CPU 
 parameters, a worker's extra cost per sample and its use of more than one core: τ fell from 0.80 to
 0.49 on the last of those studies, max 35% either way.)
 
+**The worker probe** (``worker_probe/``, measured by the study since 2026-11-27: one worker feeding
+the width-16 MLP at the sweep's smallest and largest batch and image sizes,
+``experiments.components.worker_sweep``). Each probed shape's worker CPU per sample less its own
+stamped stages enters the worker fit beside the runs' (the medians over its repeats), so that the
+rest of a busy worker's work is pinned at two batch sizes and two image sizes, not only where the
+designed sample happened to put runs with workers. A 5-fold cross-validation of a quick study holds
+out both of its one-worker MLP runs in one fold; over ``pair14``–``pair30`` of
+``results/cpu-2core/holdout`` that fold predicted them a median 12–14% too slow. Emulated with the
+one-worker grid of ``holdout/worker-grid/width16`` (its four RAM corners, measured between
+``pair28`` and ``pair29``, not in those studies' own windows) on ``pair27``–``pair30``: cv 3.5 / 12.6 /
+0.84, 3.0 / 18.9 / 0.82, 4.8 / 12.7 / 0.85, 6.7 / 21.8 / 0.84 → 3.5 / 16.3 / 0.85, 5.2 / 13.6 / 0.82,
+4.6 / 16.7 / 0.85, 6.7 / 22.6 / 0.85 (the one-worker runs' errors fell by 3–6 points, a two-worker
+run at batch 32 rose by 5–8), and the comparison with each second sweep 4.5 / 10.4 / 0.94, 4.4 /
+13.2 / 0.79, 5.1 / 11.9 / 0.76, 5.5 / 9.1 / 0.79 → 4.2 / 10.2 / 0.88, 3.7 / 13.5 / 0.79, 5.6 / 11.7 /
+0.88, 4.7 / 12.2 / 0.91. Without a worker probe the fit is as before.
+
 **The stages alone** (version 5). A quick study stamps the stages at the few (source, image size,
 augmentation) combinations its designed sample holds, and a pipeline's other processes disturb the
 stamps: on the study of 2026-11-25 the fit put 4 augmentation passes at 16×16 pixels at 180 µs where
@@ -963,10 +979,50 @@ def _stage_probe_rows(frame: pd.DataFrame | None) -> pd.DataFrame | None:
     return f.assign(cpu_stamped_s_per_sample=med).drop_duplicates(key).reset_index(drop=True)
 
 
+#: the shape a worker-probe row measures: a configuration with these knobs has that loader in its worker
+WORKER_SHAPE = ("source", "image_size", "augment_cost", "batch_size")
+
+
+def _worker_probe_rows(frame: pd.DataFrame | None) -> pd.DataFrame | None:
+    """The worker probe's ok rows (``worker_probe/rows.csv``: one loader worker feeding a step too
+    small to wait for, ``experiments.components.worker_sweep``), one row per (source, image size,
+    augmentation cost, batch size) with the medians over its repeats of the worker's CPU per sample
+    (``worker_cpu_s_per_sample``) and of its stamped stages (``cpu_stamped_s_per_sample``), or None
+    when there are none.
+
+    >>> r = pd.DataFrame({"source": "ram", "image_size": 16, "augment_cost": 0, "batch_size": [32, 32, 32, 128],
+    ...                   "num_workers": 1, "worker_cpu_s_per_sample": [200e-6, 260e-6, 210e-6, 150e-6],
+    ...                   "read_cpu_s_per_sample": 1e-6, "decode_cpu_s_per_sample": 0.0,
+    ...                   "augment_cpu_s_per_sample": [40e-6, 90e-6, 41e-6, 43e-6]})
+    >>> w = _worker_probe_rows(r)
+    >>> (w.worker_cpu_s_per_sample * 1e6).round(1).tolist(), (w.cpu_stamped_s_per_sample * 1e6).round(1).tolist()
+    ([210.0, 150.0], [42.0, 44.0])
+    """
+    f = _ok_image_rows(frame, "worker_cpu_s_per_sample", "worker probe")
+    if f is None:
+        return None
+    missing = [c for c in CPU_STAMPS + WORKER_SHAPE + ("num_workers",) if c not in f]
+    if missing:
+        raise CostModelError(f"worker probe: no column {missing[0]!r}; re-run the study's worker probe "
+                             f"('python -m experiments study --preset quick' measures it into worker_probe/)")
+    f = f[pd.to_numeric(f.num_workers, errors="coerce") == 1]
+    f = f.assign(cpu_stamped_s_per_sample=_cpu_stamped(f),
+                 worker_cpu_s_per_sample=pd.to_numeric(f.worker_cpu_s_per_sample, errors="coerce"))
+    f = f[np.isfinite(f.cpu_stamped_s_per_sample) & (f.cpu_stamped_s_per_sample > 0)
+          & np.isfinite(f.worker_cpu_s_per_sample) & (f.worker_cpu_s_per_sample > f.cpu_stamped_s_per_sample)]
+    if not len(f):
+        return None
+    key = list(WORKER_SHAPE)
+    g = f.groupby(key, sort=False)
+    return f.assign(cpu_stamped_s_per_sample=g.cpu_stamped_s_per_sample.transform("median"),
+                    worker_cpu_s_per_sample=g.worker_cpu_s_per_sample.transform("median")
+                    ).drop_duplicates(key).reset_index(drop=True)
+
+
 def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFrame | None = None,
         step_probe: pd.DataFrame | None = None, sources: list | None = None,
         transfer: dict | None = None, loader_probe: pd.DataFrame | None = None,
-        stage_probe: pd.DataFrame | None = None) -> CostModel:
+        stage_probe: pd.DataFrame | None = None, worker_probe: pd.DataFrame | None = None) -> CostModel:
     """Calibrates the cost model on measured sweep rows.
 
     Args:
@@ -989,6 +1045,11 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
             alone, CPU per sample per source, image size and augmentation cost). With them the
             stage fit describes the stages alone and maps them onto the rows' stamps by a scale and
             an offset (see the module docstring). Optional.
+        worker_probe: the study's worker probe (``worker_probe/rows.csv``: one loader worker
+            feeding a step too small to wait for, at a few batch and image sizes). Each shape's
+            worker CPU per sample, less its own stamped stages, enters the worker fit beside the
+            runs' (see the module docstring). Optional; rows with workers are needed for it to be
+            read.
         sources: where the rows came from, recorded in the model.
         transfer: the host→device copy as :func:`transfer_from_probes` returns it; given, ``probes``
             is not read (cross-validation fits the probes once for every fold: that fit's
@@ -1130,11 +1191,24 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
     has_w = nw >= 1
     worker_recs = []
     wres = SimpleNamespace(fun=np.zeros(0))
-    if stage_recs and has_w.sum() >= 2 and np.all(np.isfinite(wcpu[has_w]) & (wcpu[has_w] > 0)):
+    wp = _worker_probe_rows(worker_probe) if has_w.any() else None
+    n_wp = 0 if wp is None else len(wp)
+    if stage_recs and has_w.sum() + n_wp >= 2 and np.all(np.isfinite(wcpu[has_w]) & (wcpu[has_w] > 0)):
         wkf = kf[has_w].reset_index(drop=True)
         wcols, w_meas = columns(wkf), wcpu[has_w]
-        wv, wse, wres, wfree = _lsq(lambda q: np.log(worker_time({**p, **q}, wcols) / w_meas),
-                                    list(WORKER_PARAMS), {})
+        if wp is None:
+            def worker_resid(q):
+                return np.log(worker_time({**p, **q}, wcols) / w_meas)
+        else:
+            # the probe's worker: its own stamped stages plus the rest, which is what it pins
+            pcols = columns(knob_frame(wp))
+            p_st, p_meas = wp.cpu_stamped_s_per_sample.to_numpy(float), wp.worker_cpu_s_per_sample.to_numpy(float)
+
+            def worker_resid(q):
+                q = {**p, **q}
+                rest = worker_time(q, pcols) - stage_time(q, pcols)
+                return np.concatenate([np.log(worker_time(q, wcols) / w_meas), np.log((p_st + rest) / p_meas)])
+        wv, wse, wres, wfree = _lsq(worker_resid, list(WORKER_PARAMS), {})
         p.update(dict(zip(WORKER_PARAMS, wv)))
         worker_recs = list(zip(WORKER_PARAMS, wv, wse, wfree))
     names = [k for k in names if k not in fixed]

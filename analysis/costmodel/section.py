@@ -77,14 +77,16 @@ def parts_figure(comp: pd.DataFrame, labels: list[str]) -> Figure:
 
 
 def _inputs(study):
-    """(rows, probe rows, steps, step probe, stage probe) of an ``analysis.report.StudyResults``. The
-    loader probe is not read: see :func:`analysis.costmodel.model.fit`."""
+    """(rows, probe rows, steps, step probe, stage probe, worker probe) of an
+    ``analysis.report.StudyResults``. The loader probe is not read: see
+    :func:`analysis.costmodel.model.fit`."""
     from experiments.results import read_csv_rows
 
     def opt(rel):
         f = study.path / rel
         return read_csv_rows(f) if f.is_file() else None
-    return study.runs, study.probe_raw, opt("steps.csv"), opt("step_probe/rows.csv"), opt("stage_probe/rows.csv")
+    return (study.runs, study.probe_raw, opt("steps.csv"), opt("step_probe/rows.csv"), opt("stage_probe/rows.csv"),
+            opt("worker_probe/rows.csv"))
 
 
 #: the last study calibrated: (its runs frame, its calibration). Both sections read one calibration
@@ -99,19 +101,21 @@ def _calibration(study) -> dict:
         return {"message": "No measured rows: nothing to calibrate on."}
     if _LAST[0] is study.runs:
         return _LAST[1]
-    rows, probes, steps, step_probe, stage_probe = _inputs(study)
+    rows, probes, steps, step_probe, stage_probe, worker_probe = _inputs(study)
     try:
         meas = measured_configs(rows)
         folds = min(FOLDS, len(meas))
         transfer = transfer_from_probes(probes)
         model = fit(rows, steps=steps, transfer=transfer, sources=[str(study.path)], step_probe=step_probe,
-                    stage_probe=stage_probe)
+                    stage_probe=stage_probe, worker_probe=worker_probe)
         both = cross_validate(rows, kind="kfold", folds=folds, steps=steps, transfer=transfer,
-                              step_probe=step_probe, stage_probe=stage_probe, step="both")
+                              step_probe=step_probe, stage_probe=stage_probe, step="both",
+                              worker_probe=worker_probe)
         cmp = both[both.step == "predicted"].drop(columns="step").reset_index(drop=True)
         cmp_step = both[both.step == "measured"].drop(columns="step").reset_index(drop=True)
         out = {"meas": meas, "model": model, "cmp": cmp, "cmp_step": cmp_step, "folds": folds,
-               "probed": step_probe is not None, "stage_probed": stage_probe is not None}
+               "probed": step_probe is not None, "stage_probed": stage_probe is not None,
+               "worker_probed": worker_probe is not None}
     except CostModelError as e:
         out = {"message": f"The cost model could not be calibrated on this study: {e}"}
     _LAST[:] = [study.runs, out]
@@ -144,6 +148,10 @@ def predicted_section(study) -> str:
                "image size and augmentation cost) gives the stages' shape, and the rows how the pipeline inflates "
                "them; a held-out configuration's own combination is held out of it."
                if c.get("stage_probed") else "")
+    probed += (" The worker probe (`worker_probe/`: one loader worker feeding a step too small to wait for, at the "
+               "sweep's smallest and largest batch and image sizes) gives the worker's CPU outside its stamped "
+               "stages; a held-out configuration's own loader shape and batch size are held out of it."
+               if c.get("worker_probed") else "")
     lines += [f"The cost model (`analysis.costmodel`) was calibrated on part of this sweep and predicted the "
               f"rest: {folds}-fold cross-validation over its {s['n']} configurations, each prediction made by a "
               f"model that never saw that configuration. Held-out **median |rel error| "

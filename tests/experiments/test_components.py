@@ -153,3 +153,17 @@ def test_the_command_line_runs_the_preset_and_exits_zero(tmp_path, capsys):
     assert "stage_repeats" in capsys.readouterr().err
     assert main(["components", "--preset", "smoke", "--step_shapes=7"]) == 2
     assert "step_shapes" in capsys.readouterr().err
+
+
+def test_the_worker_probe_is_one_worker_at_the_sweeps_extreme_shapes():
+    from experiments import sweep
+    w = components.worker_sweep(sweep.quick())
+    tcs = w.train_configs()
+    assert sorted((tc.batch_size, tc.image_size) for tc in tcs) == [(32, 16), (32, 48), (128, 16), (128, 48)]
+    for tc in tcs:
+        assert (tc.num_workers, tc.feed, tc.source, tc.augment_cost, tc.model, tc.width, tc.depth) == \
+            (1, "none", "ram", 0, "mlp", 16, 1)
+    assert w.repeats == 2 and w.min_measure_s == 0.5 and w.max_warmup_s == 0.5 and not w.grain_stats
+    # a sweep of one batch and image size: one shape
+    one = components.worker_sweep(sweep.smoke(), repeats=1)
+    assert [(tc.batch_size, tc.image_size) for tc in one.train_configs()] == [(16, 16)] and one.repeats == 1

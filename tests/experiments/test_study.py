@@ -32,7 +32,12 @@ def test_study_writes_report_with_table_and_figures(tmp_path, data_cache):
     assert (d / "config.json").exists() and (d / "probe" / "rows.csv").exists() and (d / "memory.csv").exists()
     meta = json.loads((d / "study.json").read_text())  # what the report needs beyond the rows
     assert meta["preset"] == "smoke" and meta["errors"] == {} and meta["environment"]["platform"]
-    assert list(meta["stage_s"]) == ["sweep", "probes", "components", "scaling", "rules", "memory"]
+    assert list(meta["stage_s"]) == ["sweep", "probes", "components", "worker_probe", "scaling", "rules", "memory"]
+    # the worker probe: one worker at the smoke sweep's one batch and image size, twice
+    wp = load(d / "worker_probe")
+    assert len(wp) == 2 and (wp.status == "ok").all() and (wp.num_workers == 1).all() and (wp.width == 16).all()
+    stamps = wp.read_cpu_s_per_sample + wp.decode_cpu_s_per_sample + wp.augment_cpu_s_per_sample
+    assert (wp.worker_cpu_s_per_sample > stamps).all() and (stamps > 0).all()
     assert meta["stage_s"]["sweep"] > 0
     probe = load(d / "step_probe")  # the step probe of the smoke sweep's one step shape
     assert len(probe) == 1 and (probe.status == "ok").all() and not (d / "loader_probe").exists()
