@@ -1062,6 +1062,7 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
         CostModelError: rows without what calibration needs, or too few configurations.
     """
     meas = measured_configs(rows)
+    wp = _worker_probe_rows(worker_probe)  # checked before any fitting
     kf = knob_frame(meas)
     n = len(kf)
     if n < 4:
@@ -1191,7 +1192,8 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
     has_w = nw >= 1
     worker_recs = []
     wres = SimpleNamespace(fun=np.zeros(0))
-    wp = _worker_probe_rows(worker_probe) if has_w.any() else None
+    if not has_w.any():
+        wp = None  # no run with workers: no worker fit for the probe to enter
     n_wp = 0 if wp is None else len(wp)
     if stage_recs and has_w.sum() + n_wp >= 2 and np.all(np.isfinite(wcpu[has_w]) & (wcpu[has_w] > 0)):
         wkf = kf[has_w].reset_index(drop=True)

@@ -183,7 +183,7 @@ def synthetic_worker_probe(params: dict, repeats: int = 2) -> pd.DataFrame:
     return wp
 
 
-def test_the_worker_probe_pins_the_workers_cost_per_batch():
+def test_the_worker_probe_pins_the_workers_cost_per_batch(monkeypatch):
     # Runs with workers at one batch size cannot tell a worker's cost per batch from its cost per
     # sample; the worker probe (one worker at two batch and two image sizes) can. Its rows enter the
     # worker fit with their own stamps, and cross-validation holds a held-out configuration's own
@@ -210,9 +210,13 @@ def test_the_worker_probe_pins_the_workers_cost_per_batch():
     # the runs alone: base and per-batch parts trade off along one line, and the fit lands off it
     plain = costmodel.fit(rows)
     assert abs(plain.params["worker_batch_s"] / true["worker_batch_s"] - 1) > 0.05
-    # a probe without the worker's CPU is refused, in one line naming the column
-    with pytest.raises(costmodel.CostModelError, match="worker probe rows: no column 'worker_cpu_s_per_sample'"):
-        costmodel.fit(rows, worker_probe=wp.drop(columns="worker_cpu_s_per_sample"))
+    # a probe without the worker's CPU is refused, in one line naming the column, before any fitting
+    with monkeypatch.context() as mp:
+        mp.setattr(costmodel.model, "_lsq", lambda *a, **k: pytest.fail("fitted before the probe was checked"))
+        with pytest.raises(costmodel.CostModelError, match="worker probe rows: no column 'worker_cpu_s_per_sample'"):
+            costmodel.fit(rows, worker_probe=wp.drop(columns="worker_cpu_s_per_sample"))
+        with pytest.raises(costmodel.CostModelError, match="worker probe: no column 'batch_size'"):
+            costmodel.fit(rows, worker_probe=wp.drop(columns="batch_size"))
     # cross-validation: a held-out configuration with a probed shape takes that shape out of the probe
     from analysis.costmodel import evaluate
     from analysis.costmodel.model import WORKER_SHAPE
