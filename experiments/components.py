@@ -33,7 +33,12 @@ share the cores, to the runs.
   Grain pipeline, with no worker process and no prefetch thread, is iterated alone. Each row has
   the seconds per batch and per sample.
 
-The study measures the step and stage probes: calibration uses the loader probe only when asked
+- **worker probe** (``worker_probe/``, a sweep's folder: :func:`worker_sweep`). One loader worker
+  feeding a step too small to wait for, at the sweep's smallest and largest batch and image sizes:
+  the worker's CPU outside its stamped stages where the worker, not the step, sets the pace. Its
+  runs go through the sweep's runner (a process each), as a worker process needs.
+
+The study measures the step, stage and worker probes: calibration uses the loader probe only when asked
 (``costmodel fit --loader_probe``; see ``analysis.costmodel.model.fit`` for the measurement
 that decided it).
 
