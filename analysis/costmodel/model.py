@@ -151,10 +151,14 @@ out both of its one-worker MLP runs in one fold; over ``pair14``–``pair30`` of
 one-worker grid of ``holdout/worker-grid/width16`` (its four RAM corners, measured between
 ``pair28`` and ``pair29``, not in those studies' own windows) on ``pair27``–``pair30``: cv 3.5 / 12.6 /
 0.84, 3.0 / 18.9 / 0.82, 4.8 / 12.7 / 0.85, 6.7 / 21.8 / 0.84 → 3.5 / 16.3 / 0.85, 5.2 / 13.6 / 0.82,
-4.6 / 16.7 / 0.85, 6.7 / 22.6 / 0.85 (the one-worker runs' errors fell by 3–6 points, a two-worker
-run at batch 32 rose by 5–8), and the comparison with each second sweep 4.5 / 10.4 / 0.94, 4.4 /
-13.2 / 0.79, 5.1 / 11.9 / 0.76, 5.5 / 9.1 / 0.79 → 4.2 / 10.2 / 0.88, 3.7 / 13.5 / 0.79, 5.6 / 11.7 /
-0.88, 4.7 / 12.2 / 0.91. Without a worker probe the fit is as before.
+4.6 / 16.7 / 0.85, 6.7 / 22.6 / 0.85 (the one-worker RAM run's error shrank by 3–5 points in
+``pair28``–``pair30``, the one-worker ArrayRecord run's by −0.8 to +5.6, and a two-worker run's at
+batch 32 grew by 5–8 in ``pair27``–``pair29``), and the comparison with each second sweep 4.5 /
+10.4 / 0.94, 4.4 / 13.2 / 0.79, 5.1 / 11.9 / 0.76, 5.5 / 9.1 / 0.79 → 4.2 / 10.2 / 0.88, 3.7 / 13.5 /
+0.79, 5.6 / 11.7 / 0.88, 4.7 / 12.2 / 0.91. On ``pair31`` and ``pair32`` (a 2-core AMD EPYC, studies
+measured with the probe, intervals 8–17% wide) the probe took cv's median from 9.5 to 8.0% and from
+8.8 to 7.9%, and moved the maxima and the comparisons within that noise. Without a worker probe the
+fit is as before.
 
 **The stages alone** (version 5). A quick study stamps the stages at the few (source, image size,
 augmentation) combinations its designed sample holds, and a pipeline's other processes disturb the
@@ -998,13 +1002,16 @@ def _worker_probe_rows(frame: pd.DataFrame | None) -> pd.DataFrame | None:
     >>> (w.worker_cpu_s_per_sample * 1e6).round(1).tolist(), (w.cpu_stamped_s_per_sample * 1e6).round(1).tolist()
     ([210.0, 150.0], [42.0, 44.0])
     """
-    f = _ok_image_rows(frame, "worker_cpu_s_per_sample", "worker probe")
-    if f is None:
+    if frame is None or not len(frame):
         return None
-    missing = [c for c in CPU_STAMPS + WORKER_SHAPE + ("num_workers",) if c not in f]
+    missing = [c for c in ("worker_cpu_s_per_sample",) + CPU_STAMPS + WORKER_SHAPE + ("num_workers",)
+               if c not in frame]
     if missing:
         raise CostModelError(f"worker probe: no column {missing[0]!r}; re-run the study's worker probe "
                              f"('python -m experiments study --preset quick' measures it into worker_probe/)")
+    f = _ok_image_rows(frame, "worker_cpu_s_per_sample", "worker probe")
+    if f is None:
+        return None
     f = f[pd.to_numeric(f.num_workers, errors="coerce") == 1]
     f = f.assign(cpu_stamped_s_per_sample=_cpu_stamped(f),
                  worker_cpu_s_per_sample=pd.to_numeric(f.worker_cpu_s_per_sample, errors="coerce"))

@@ -213,7 +213,7 @@ def test_the_worker_probe_pins_the_workers_cost_per_batch(monkeypatch):
     # a probe without the worker's CPU is refused, in one line naming the column, before any fitting
     with monkeypatch.context() as mp:
         mp.setattr(costmodel.model, "_lsq", lambda *a, **k: pytest.fail("fitted before the probe was checked"))
-        with pytest.raises(costmodel.CostModelError, match="worker probe rows: no column 'worker_cpu_s_per_sample'"):
+        with pytest.raises(costmodel.CostModelError, match="worker probe: no column 'worker_cpu_s_per_sample'; re-run the study's worker probe"):
             costmodel.fit(rows, worker_probe=wp.drop(columns="worker_cpu_s_per_sample"))
         with pytest.raises(costmodel.CostModelError, match="worker probe: no column 'batch_size'"):
             costmodel.fit(rows, worker_probe=wp.drop(columns="batch_size"))
