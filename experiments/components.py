@@ -171,6 +171,12 @@ def smoke() -> ComponentConfig:
                            width=16, depth=1, num_samples=64, min_steps=2, min_measure_s=0.0, max_warmup_s=0.05)
 
 
+def _levels(cfg, k: str) -> tuple:
+    """The levels a sweep runs of knob ``k``: its grid's and, with a designed sample, the sample's."""
+    vals = set(getattr(cfg, k)) | (set(getattr(cfg, f"sample_{k}")) if cfg.sample_size else set())
+    return tuple(sorted(vals))
+
+
 def for_sweep(cfg, repeats: int = 1, loader: bool = True, stage: bool = True) -> ComponentConfig:
     """The component probes of a sweep (``experiments.sweep.SweepConfig``): its models and data, the
     levels of its grid and designed sample.
@@ -191,8 +197,7 @@ def for_sweep(cfg, repeats: int = 1, loader: bool = True, stage: bool = True) ->
     ``analysis.costmodel.model.fit``). The stage probe takes every combination (27 for the quick
     sweep, about 10 s on the 2-core CPU); ``stage=False`` leaves it out."""
     def levels(k):
-        vals = set(getattr(cfg, k)) | (set(getattr(cfg, f"sample_{k}")) if cfg.sample_size else set())
-        return tuple(sorted(vals))
+        return _levels(cfg, k)
     bs, im = levels("batch_size"), levels("image_size")
     shapes = sorted({(b, s) for b in (bs[0], bs[-1]) for s in (im[0], im[-1])} | {(bs[len(bs) // 2], im[len(im) // 2])})
     src, aug = levels("source"), levels("augment_cost")
@@ -233,13 +238,10 @@ def worker_sweep(cfg, repeats: int = 2):
     --repeats=2 --min_measure_s=0.5 --max_warmup_s=0.5``."""
     from experiments.sweep import SweepConfig
 
-    def levels(k):
-        vals = set(getattr(cfg, k)) | (set(getattr(cfg, f"sample_{k}")) if cfg.sample_size else set())
-        return tuple(sorted(vals))
-    bs, im = levels("batch_size"), levels("image_size")
+    bs, im = _levels(cfg, "batch_size"), _levels(cfg, "image_size")
     return SweepConfig(model=("mlp",), source=("ram",), image_size=tuple(sorted({im[0], im[-1]})),
                        batch_size=tuple(sorted({bs[0], bs[-1]})), grad_accum_steps=(1,), precision=("fp32",),
-                       augment_cost=(0,), num_workers=(1,), prefetch_buffer_size=(max(levels("prefetch_buffer_size")),),
+                       augment_cost=(0,), num_workers=(1,), prefetch_buffer_size=(max(_levels(cfg, "prefetch_buffer_size")),),
                        device_buffer_size=(2,), feed=("none",), num_processes=(1,), sample_size=0, width=16, depth=1,
                        num_samples=cfg.num_samples, min_steps=cfg.min_steps, min_measure_s=min(0.5, cfg.min_measure_s),
                        warmup_steps=cfg.warmup_steps, warmup_time_s=0.0, max_warmup_s=min(0.5, cfg.max_warmup_s),

@@ -103,9 +103,9 @@ def run_worker_probe(cfg: StudyConfig, out: Path):
     d = out / "worker_probe"
     d.mkdir(exist_ok=True)
     rows = results.current(sweep.run(wcfg, d, "worker probe", progress=False))
-    bad = rows[rows["status"].astype(str) != "ok"] if len(rows) and "status" in rows else rows.iloc[:0]
-    if len(bad):
-        raise RuntimeError(f"{len(bad)} worker probe run(s) failed; see worker_probe/rows.csv")
+    bad = int((rows["status"].astype(str) != "ok").sum()) if len(rows) else 0
+    if bad:
+        raise RuntimeError(f"{bad} worker probe run(s) failed; see worker_probe/rows.csv")
     return rows
 
 

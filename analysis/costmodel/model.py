@@ -1202,7 +1202,9 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
     if not has_w.any():
         wp = None  # no run with workers: no worker fit for the probe to enter
     n_wp = 0 if wp is None else len(wp)
+    wp_used = 0  # the probe's shapes the worker fit read
     if stage_recs and has_w.sum() + n_wp >= 2 and np.all(np.isfinite(wcpu[has_w]) & (wcpu[has_w] > 0)):
+        wp_used = n_wp
         wkf = kf[has_w].reset_index(drop=True)
         wcols, w_meas = columns(wkf), wcpu[has_w]
         if wp is None:
@@ -1295,7 +1297,8 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
              "median_abs_rel_error": float(np.median(np.abs(T_meas / T_fit - 1))),
              "step_rms_log_residual": float(np.sqrt(np.mean(sres.fun ** 2))),
              "stage_rms_log_residual": float(np.sqrt(np.mean(gres.fun ** 2))) if len(gres.fun) else math.nan,
-             "worker_rms_log_residual": float(np.sqrt(np.mean(wres.fun ** 2))) if len(wres.fun) else math.nan}
+             "worker_rms_log_residual": float(np.sqrt(np.mean(wres.fun ** 2))) if len(wres.fun) else math.nan,
+             "worker_probe_shapes": wp_used}
     env = {k: str(meas[k].iloc[0]) for k in ("platform", "device_kind", "cpu_model", "cpu_simd", "jax_version",
                                              "grain_version", "git_commit")
            if k in meas and pd.notna(meas[k].iloc[0])}

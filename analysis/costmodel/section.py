@@ -115,7 +115,7 @@ def _calibration(study) -> dict:
         cmp_step = both[both.step == "measured"].drop(columns="step").reset_index(drop=True)
         out = {"meas": meas, "model": model, "cmp": cmp, "cmp_step": cmp_step, "folds": folds,
                "probed": step_probe is not None, "stage_probed": stage_probe is not None,
-               "worker_probed": worker_probe is not None}
+               "worker_probed": model.stats.get("worker_probe_shapes", 0) > 0}
     except CostModelError as e:
         out = {"message": f"The cost model could not be calibrated on this study: {e}"}
     _LAST[:] = [study.runs, out]

@@ -201,7 +201,7 @@ def test_the_worker_probe_pins_the_workers_cost_per_batch(monkeypatch):
     model = costmodel.fit(rows, worker_probe=wp3)
     for k in ("worker_base_s", "worker_batch_s", "worker_pixel_s"):
         assert model.params[k] == pytest.approx(true[k], rel=0.02), k
-    assert model.stats["worker_rms_log_residual"] < 1e-6
+    assert model.stats["worker_rms_log_residual"] < 1e-6 and model.stats["worker_probe_shapes"] == 4
     kf = features.knob_frame(pd.DataFrame({"model": "mlp", "precision": "fp32", "source": "arrayrecord",
                                            "image_size": [16, 32], "augment_cost": [0, 4], "batch_size": [128, 32],
                                            "num_workers": 1, "feed": "none", "grad_accum_steps": 1,
@@ -210,6 +210,10 @@ def test_the_worker_probe_pins_the_workers_cost_per_batch(monkeypatch):
     # the runs alone: base and per-batch parts trade off along one line, and the fit lands off it
     plain = costmodel.fit(rows)
     assert abs(plain.params["worker_batch_s"] / true["worker_batch_s"] - 1) > 0.05
+    assert plain.stats["worker_probe_shapes"] == 0
+    # rows without a run with workers have no worker fit for the probe to enter
+    alone = costmodel.fit(rows[rows.num_workers == 0], worker_probe=wp)
+    assert alone.stats["worker_probe_shapes"] == 0 and "worker_base_s" not in alone.params
     # a probe without the worker's CPU is refused, in one line naming the column, before any fitting
     with monkeypatch.context() as mp:
         mp.setattr(costmodel.model, "_lsq", lambda *a, **k: pytest.fail("fitted before the probe was checked"))

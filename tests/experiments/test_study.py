@@ -38,6 +38,8 @@ def test_study_writes_report_with_table_and_figures(tmp_path, data_cache):
     assert len(wp) == 2 and (wp.status == "ok").all() and (wp.num_workers == 1).all() and (wp.width == 16).all()
     stamps = wp.read_cpu_s_per_sample + wp.decode_cpu_s_per_sample + wp.augment_cpu_s_per_sample
     assert (wp.worker_cpu_s_per_sample > stamps).all() and (stamps > 0).all()
+    # the smoke sweep has no run with workers: the fit has no worker part, and the report does not claim the probe
+    assert "## Predicted vs measured" in report and "The worker probe (`worker_probe/`" not in report
     assert meta["stage_s"]["sweep"] > 0
     probe = load(d / "step_probe")  # the step probe of the smoke sweep's one step shape
     assert len(probe) == 1 and (probe.status == "ok").all() and not (d / "loader_probe").exists()
