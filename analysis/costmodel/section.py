@@ -141,7 +141,9 @@ def predicted_section(study) -> str:
     s, s2 = summary(cmp), summary(c["cmp_step"])
     goal = s["median_abs_rel_error"] <= 0.05 and s["max_abs_rel_error"] <= 0.15 and s["kendall_tau"] >= 0.8
     probed = ("The step probe (`step_probe/`: the step alone, per model, precision and accumulation) enters the "
-              "calibration; a held-out configuration's own step shape is held out of it."
+              "calibration and anchors the step: a shape it measured is predicted at its own measured step, "
+              "another at the fitted form corrected by its probed neighbours; a held-out configuration's own "
+              "step shape is held out of it."
               if c["probed"] else "This study has no step probe (`step_probe/`); the step is calibrated on the "
               "sweep's rows alone.")
     probed += (" The stage probe (`stage_probe/`: the loader's read, decode and augmentation alone, per source, "
