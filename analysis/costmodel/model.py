@@ -929,9 +929,9 @@ def anchor_factor(anchors: list, kf: pd.DataFrame) -> np.ndarray:
     >>> np.round(np.log(anchor_factor(a, kf)), 3).tolist()  # own shape, 2x the batch, 16x, another cell
     [0.2, 0.067, 0.0, 0.0]
     """
-    out = np.zeros(len(kf))
     if not anchors or not len(kf):
         return np.ones(len(kf))
+    out = np.zeros(len(kf))
     a = pd.DataFrame(anchors)
     cell = list(ANCHOR_CELL)
     kb, ki = np.log2(kf.batch_size.to_numpy(float)), np.log2(kf.image_size.to_numpy(float))
@@ -946,9 +946,8 @@ def anchor_factor(anchors: list, kf: pd.DataFrame) -> np.ndarray:
         r = c.log_residual.to_numpy(float)
         w = np.exp(-d2 / (2 * ANCHOR_BANDWIDTH_LOG2 ** 2))
         smooth = (w * r).sum(axis=1) / (w.sum(axis=1) + ANCHOR_PRIOR_WEIGHT)
-        exact = d2 == 0
-        own = np.where(exact.any(axis=1), (np.where(exact, r, 0.0)).sum(axis=1) / np.maximum(exact.sum(axis=1), 1), smooth)
-        out[rows] = own
+        exact = d2 == 0  # a cell holds each shape once (step_anchors groups by it)
+        out[rows] = np.where(exact.any(axis=1), (exact * r).sum(axis=1), smooth)
     return np.exp(out)
 
 

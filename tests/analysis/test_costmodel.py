@@ -747,7 +747,6 @@ def test_the_step_fit_tells_the_weights_pass_from_the_flop_rate():
     assert weight_pass_name("mlp", "bf16") in model.table.param.tolist()
 
 
-
 def test_the_step_probe_anchors_the_step_where_the_fitted_form_cannot_follow_it(tmp_path):
     """Steps that jump where the smooth form cannot (the fp32 MLP 35% slower at batch 128 and 48×48
     images, 20% at batch 64): a probed shape's predicted step is the probe's own, an unprobed
@@ -785,6 +784,7 @@ def test_the_step_probe_anchors_the_step_where_the_fitted_form_cannot_follow_it(
     again = costmodel.load(model.save(tmp_path / "m.json"))
     assert again.step_anchors == model.step_anchors
     assert np.array_equal(components(again, grid).step_s.to_numpy(), predicted)
+
 
 def test_the_loader_probe_calibrates_what_the_runs_never_read():
     """Rows from RAM alone cannot tell a memmap or ArrayRecord read's cost (fixed at 0 without
