@@ -545,9 +545,10 @@ def columns(kf: pd.DataFrame) -> SimpleNamespace:
 
 def _cell_codes(kf) -> tuple[list, np.ndarray]:
     """The (model family, precision) cells of ``kf`` and each configuration's index into them."""
-    m, q = np.asarray(kf.model).astype(str), np.asarray(kf.precision).astype(str)
-    keys, inv = np.unique(np.char.add(np.char.add(m, "/"), q), return_inverse=True)
-    return [tuple(str(k).split("/", 1)) for k in keys], np.asarray(inv).reshape(-1)
+    pairs = list(zip(map(str, kf.model), map(str, kf.precision)))
+    keys = list(dict.fromkeys(pairs))
+    at = {k: i for i, k in enumerate(keys)}
+    return keys, np.array([at[k] for k in pairs], int)
 
 
 def _per_cell(kf, value) -> np.ndarray:
