@@ -982,8 +982,87 @@ def _ranges(kf: pd.DataFrame) -> dict:
     return r
 
 
-def _lsq(residual, names: list, fixed: dict):
-    """Least squares in log-parameter space; returns (values, stderrs, result)."""
+def _dependence(fun, points: list, n: int) -> np.ndarray:
+    """Which residuals each parameter moves: ``(m, n)`` booleans, a residual marked where shifting
+    the parameter by a factor ``e`` changes it at any of ``points`` (log-space parameter vectors).
+    For a residual whose dependence is structural (which parameters a row reads, not which branch
+    of a comparison its values take), as the step's is, this is its Jacobian's sparsity."""
+    out = None
+    for x in points:
+        f0 = fun(x)
+        dep = np.zeros((len(f0), n), bool)
+        for j in range(n):
+            e = np.zeros(n)
+            e[j] = 1.0
+            dep[:, j] = fun(x + e) != f0
+        out = dep if out is None else out | dep
+    return out
+
+
+def _grouped_jacobian(fun, lo: np.ndarray, hi: np.ndarray, sparsity: np.ndarray, x_check: np.ndarray):
+    """``fun`` with a memory of its last value, and the Jacobian callable ``least_squares`` takes:
+    scipy's own 2-point differences with the same steps and bounds as its default (``jac='2-point'``),
+    but perturbing together the parameters that share no residual (scipy's column groups). A
+    residual reads none of the other parameters of its group, so the result is the same dense matrix,
+    entry for entry and in the same memory order (column-major: the trust region's SVD of a row-major
+    copy of the same matrix differs in the last bits, and the fits with it), and the fits are the same
+    to the bit. ``jac_sparsity`` would do the grouping inside ``least_squares``, but it forces the
+    iterative trust-region solver, which moves the fits, and scipy's sparse differences cost more in
+    building their matrices than this residual's evaluations save.
+
+    The step and the grouping come from scipy's differencing module, which is private: at
+    ``x_check`` the result is compared with scipy's own dense Jacobian, and where they differ in any
+    bit or in memory order, or the module has changed, ``jac`` is None (scipy's own differences, as
+    before).
+    Returns ``(fun, jac)``."""
+    try:
+        from scipy.optimize._numdiff import (_adjust_scheme_to_bounds, _compute_absolute_step, approx_derivative,
+                                             group_columns)
+    except ImportError:
+        return fun, None
+    groups = group_columns(sparsity)
+    members = [np.flatnonzero(groups == g) for g in range(int(groups.max()) + 1)]
+    last = {}
+
+    def f(x):
+        key = x.tobytes()
+        if key not in last:
+            last.clear()
+            last[key] = fun(x)
+        return last[key].copy()
+
+    def jac(x):
+        f0 = f(x)
+        h = _compute_absolute_step(None, x, f0, "2-point")
+        h, _ = _adjust_scheme_to_bounds(x, h, 1, "1-sided", lo, hi)
+        jt = np.empty((len(x), len(f0)))
+        for cols in members:
+            x1 = np.copy(x)
+            x1[cols] = x[cols] + h[cols]
+            df = fun(x1) - f0
+            for j in cols:
+                jt[j] = np.where(sparsity[:, j], df, 0.0) / ((x[j] + h[j]) - x[j])
+        return jt.T
+    try:
+        mine = jac(x_check)
+        scipys = approx_derivative(fun, x_check, method="2-point", f0=fun(x_check), bounds=(lo, hi))
+        same = np.array_equal(mine, scipys) and mine.flags.f_contiguous == scipys.flags.f_contiguous
+    except (TypeError, ValueError):  # the private helpers' signatures changed
+        same = False
+    return (f, jac) if same else (fun, None)
+
+
+def _lsq(residual, names: list, fixed: dict, sparse: bool = False):
+    """Least squares in log-parameter space; returns (values, stderrs, result).
+
+    ``sparse``: the residual's dependence on the parameters is structural and sparse (the step's:
+    a configuration reads its own cell's parameters and the shared ones), so that the Jacobian can
+    perturb several parameters at once (:func:`_grouped_jacobian`), with the same result. The step
+    fit of a quick study with its step probe (``holdout/pair14``) has 18 parameters in 6 groups.
+    On the 2-core AMD EPYC, idle (2026-11-27), with scipy's dense differences and with these:
+    ``tests/analysis/test_costmodel.py`` spent 104 s and 52 s in step fits (175 s and 110 s in all),
+    its step-fit test took 42 s and 13 s, and refitting every committed model, comparison and report
+    10 min 51 s and 9 min 20 s, every file the same to the byte."""
     from scipy.optimize import least_squares
     lo = np.log([_bounds(n)[0] for n in names])
     hi = np.log([_bounds(n)[1] for n in names])
@@ -1003,9 +1082,13 @@ def _lsq(residual, names: list, fixed: dict):
     # that lands on a plateau crawls on: one of the synthetic loader-probe fit's starts ran to the old
     # cap of 4000 (14 of that fit's 18 s) and still ended 1e20 times above the winner. In all
     # those fits the winner stayed under the cap, so it changed none of them; a winner that hits it is said.
+    f, jac = fun, "2-point"
+    if sparse and len(names) > 1:
+        f, jac = _grouped_jacobian(fun, lo, hi, _dependence(fun, starts[:2], len(names)), starts[0])
+        jac = jac or "2-point"
     res = None
     for x_start in starts:
-        r = least_squares(fun, x_start, bounds=(lo, hi), method="trf", x_scale=1.0, max_nfev=LSQ_MAX_NFEV)
+        r = least_squares(f, x_start, jac=jac, bounds=(lo, hi), method="trf", x_scale=1.0, max_nfev=LSQ_MAX_NFEV)
         if res is None or r.cost < res.cost * (1 - 1e-9):
             res = r
     if res.status == 0:
@@ -1228,7 +1311,7 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
     scols = columns(skf)
     step_fixed = {weight_pass_name(m, q): 0.0 for m, q in sorted(one_size)}
     sv, sse, sres, sfree = _lsq(lambda p: np.log(step_time({"step_overhead_s": np.nan, **p}, scols) / s_meas),
-                                step_names, step_fixed)
+                                step_names, step_fixed, sparse=True)
     p = {**dict(zip(step_names, sv)), **step_fixed}
     anchors = step_anchors(p, sp)  # the probe's shapes' residuals (version 13, anchor_factor)
     # what a cell the fit did not see takes: the geometric means of the fitted cells' (shown as fixed)

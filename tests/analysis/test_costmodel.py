@@ -128,6 +128,56 @@ def test_a_fit_whose_best_start_did_not_converge_says_so(monkeypatch):
         cm.fit(synthetic_rows())
 
 
+def test_the_step_fits_grouped_jacobian_gives_the_same_fit_to_the_bit(monkeypatch):
+    """The step fit perturbs the parameters of different cells together (they share no residual):
+    the fit, its standard errors and its cost are bit for bit those of scipy's own differences; the
+    dependence found is the cells' (a cell's FLOP rate moves only its own configurations, the shared
+    cost per parameter every one); and where the grouped matrix is not scipy's own dense one (here:
+    groups that mix parameters sharing a residual), the fit falls back to scipy's."""
+    import itertools
+    from analysis.costmodel import model as cm
+    grid = pd.DataFrame([{"model": m, "precision": q, "grad_accum_steps": g, "batch_size": b, "image_size": 32}
+                         for m, q, g, b in itertools.product(("mlp", "cnn"), ("fp32", "bf16"), (1, 2), (32, 128))])
+    grid["width"] = np.where(grid.model == "cnn", 16, 512)
+    grid["depth"] = np.where(grid.model == "cnn", 3, 2)
+    grid["status"] = "ok"
+    grid["device_resident_samples_per_s"] = grid.batch_size / cm.step_time(TRUE, features.knob_frame(grid))
+    seen = {}
+    real = cm._lsq
+
+    def spy(residual, names, fixed, sparse=False):
+        if sparse:
+            seen.update(residual=residual, names=list(names), fixed=dict(fixed))
+        return real(residual, names, fixed, sparse)
+    monkeypatch.setattr(cm, "_lsq", spy)
+    cm.fit(synthetic_rows(), step_probe=grid)
+    residual, names, fixed = seen["residual"], seen["names"], seen["fixed"]
+    grouped, dense = real(residual, names, fixed, sparse=True), real(residual, names, fixed)
+    assert np.array_equal(grouped[0], dense[0]) and np.array_equal(grouped[1], dense[1], equal_nan=True)
+    assert grouped[2].cost == dense[2].cost and grouped[2].nfev == dense[2].nfev
+    lo = np.log([cm._bounds(n)[0] for n in names])
+    hi = np.log([cm._bounds(n)[1] for n in names])
+    x0 = np.clip(np.log([cm._bounds(n)[2] for n in names]), lo + 1e-9, hi - 1e-9)
+
+    def fun(x):
+        return residual({**fixed, **dict(zip(names, np.exp(x)))})
+    dep = cm._dependence(fun, [x0], len(names))
+    kf = pd.concat([features.knob_frame(cm.measured_configs(synthetic_rows())), features.knob_frame(grid)],
+                   ignore_index=True)  # the step fit's configurations: the runs', then the probe's
+    assert dep.shape == (len(kf), len(names))
+    own = ((kf.model == "cnn") & (kf.precision == "bf16")).to_numpy()
+    assert np.array_equal(dep[:, names.index("flop_rate_cnn_bf16")], own)
+    assert dep[:, names.index("update_s_per_param")].all()
+    import scipy.optimize._numdiff as nd
+    f, jac = cm._grouped_jacobian(fun, lo, hi, dep, x0)
+    x1 = np.clip(x0 + 0.7, lo + 1e-9, hi - 1e-9)  # a point other than the one it checked itself on
+    assert jac is not None and np.array_equal(
+        jac(x1), nd.approx_derivative(fun, x1, method="2-point", f0=fun(x1), bounds=(lo, hi)))
+    # groups that put parameters sharing residuals together: its matrix differs, and scipy's is used
+    monkeypatch.setattr(nd, "group_columns", lambda structure, order=0: np.zeros(structure.shape[1], int))
+    assert cm._grouped_jacobian(fun, lo, hi, dep, x0)[1] is None
+
+
 def test_cpu_stamps_calibrate_the_stages_apart_from_the_loader_overhead():
     # Without stamps the stamped stages' own fixed and per-pixel parts cannot be told from the rest
     # of the loader's (the fit holds them at 0); with them, both are recovered.
