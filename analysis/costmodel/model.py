@@ -683,6 +683,11 @@ def stage_time(p: dict, kf: pd.DataFrame) -> np.ndarray:
     - ArrayRecord runs: 11–25 µs a sample;
     - RAM and memmap runs with 0 or 2 augmentation passes: 31–41 µs;
     - RAM and memmap runs with 4 passes: 0–10 µs.
+    Split by image size as well (``pair8``–``pair30``), that last line is the size's, not the passes':
+    at 32×32 every source and pass count stamps within ±21 µs of the stages alone, at 16 and 48
+    21–47 µs above them, 4 passes included, and the quick study's 4-pass runs from RAM or memmap are
+    at 32×32. Keeping the probe's size factors out of the pipeline and scaling the passes apart were
+    tried and not kept (``results/cpu-2core/holdout/README.md``).
     On ``pair28`` the fit gives 28 µs for ArrayRecord and 40 µs for the others, at a scale of 0.97.
     Over the 27 quick studies there (the committed one and ``pair2``–``pair28``), the medians over
     studies went from 5.2 / 25.9% / 0.82 to 5.1 / 25.2% / 0.83 for cross-validation (median |rel
