@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-BENCHMARKS = ("feed", "repeatability", "pipeline", "scaling_fit")
+BENCHMARKS = ("feed", "repeatability", "pipeline", "scaling_fit", "costmodel_fit")
 
 
 def main(argv=None) -> int:

@@ -1057,6 +1057,13 @@ def _grouped_jacobian(fun, lo: np.ndarray, hi: np.ndarray, sparsity: np.ndarray,
     return (f, jac) if same else (fun, None)
 
 
+def _log_bounds(names: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The parameters' bounds and first start in log space, the start strictly inside the bounds."""
+    lo = np.log([_bounds(n)[0] for n in names])
+    hi = np.log([_bounds(n)[1] for n in names])
+    return lo, hi, np.clip(np.log([_bounds(n)[2] for n in names]), lo + 1e-9, hi - 1e-9)
+
+
 def _lsq(residual, names: list, fixed: dict, sparse: bool = False):
     """Least squares in log-parameter space; returns (values, stderrs, result).
 
@@ -1064,14 +1071,16 @@ def _lsq(residual, names: list, fixed: dict, sparse: bool = False):
     a configuration reads its own cell's parameters and the shared ones), so that the Jacobian can
     perturb several parameters at once (:func:`_grouped_jacobian`), with the same result. The step
     fit of a quick study with its step probe (``holdout/pair14``) has 18 parameters in 6 groups.
-    On the 2-core AMD EPYC, idle (2026-11-27), with scipy's dense differences and with these:
+    ``python -m benchmarks.costmodel_fit`` times both sides alternately: on the 2-core AMD EPYC, idle
+    (2026-11-27, two runs), that step fit took 0.19–0.28 s against 0.32–0.46 s (1.7x), with a
+    72-shape step probe 1.8x, and a whole cross-validation of the study 1.00–1.05x, within its
+    spread (5.3–5.5 s: the step fit is a small part of it).
+    The gain is in the test suite's synthetic fits, whose starts run long:
     ``tests/analysis/test_costmodel.py`` spent 104 s and 52 s in step fits (175 s and 110 s in all),
-    its step-fit test took 42 s and 13 s, and refitting every committed model, comparison and report
-    10 min 51 s and 9 min 20 s, every file the same to the byte."""
+    its step-fit test 42 s and 13 s (one run each). Refitting every committed model, comparison and
+    report gave every file the same to the byte."""
     from scipy.optimize import least_squares
-    lo = np.log([_bounds(n)[0] for n in names])
-    hi = np.log([_bounds(n)[1] for n in names])
-    x0 = np.clip(np.log([_bounds(n)[2] for n in names]), lo + 1e-9, hi - 1e-9)
+    lo, hi, x0 = _log_bounds(names)
 
     def fun(x):
         return residual({**fixed, **dict(zip(names, np.exp(x)))})

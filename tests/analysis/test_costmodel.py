@@ -142,22 +142,12 @@ def test_the_step_fits_grouped_jacobian_gives_the_same_fit_to_the_bit(monkeypatc
     grid["depth"] = np.where(grid.model == "cnn", 3, 2)
     grid["status"] = "ok"
     grid["device_resident_samples_per_s"] = grid.batch_size / cm.step_time(TRUE, features.knob_frame(grid))
-    seen = {}
-    real = cm._lsq
-
-    def spy(residual, names, fixed, sparse=False):
-        if sparse:
-            seen.update(residual=residual, names=list(names), fixed=dict(fixed))
-        return real(residual, names, fixed, sparse)
-    monkeypatch.setattr(cm, "_lsq", spy)
-    cm.fit(synthetic_rows(), step_probe=grid)
-    residual, names, fixed = seen["residual"], seen["names"], seen["fixed"]
-    grouped, dense = real(residual, names, fixed, sparse=True), real(residual, names, fixed)
+    from benchmarks.costmodel_fit import step_problem
+    residual, names, fixed = step_problem(synthetic_rows(), step_probe=grid)
+    grouped, dense = cm._lsq(residual, names, fixed, sparse=True), cm._lsq(residual, names, fixed)
     assert np.array_equal(grouped[0], dense[0]) and np.array_equal(grouped[1], dense[1], equal_nan=True)
     assert grouped[2].cost == dense[2].cost and grouped[2].nfev == dense[2].nfev
-    lo = np.log([cm._bounds(n)[0] for n in names])
-    hi = np.log([cm._bounds(n)[1] for n in names])
-    x0 = np.clip(np.log([cm._bounds(n)[2] for n in names]), lo + 1e-9, hi - 1e-9)
+    lo, hi, x0 = cm._log_bounds(names)
 
     def fun(x):
         return residual({**fixed, **dict(zip(names, np.exp(x)))})
