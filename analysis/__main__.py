@@ -12,9 +12,14 @@ import argparse
 import sys
 from typing import Callable
 
-from analysis import links, report, rules
-from analysis.costmodel import cli as costmodel_cli
-from analysis.scaling import cli as scaling_cli
+from analysis import interrupt
+
+if __name__ == "__main__":  # before the subcommands' imports bring in JAX (analysis.interrupt says why)
+    interrupt.install()
+
+from analysis import links, report, rules  # noqa: E402
+from analysis.costmodel import cli as costmodel_cli  # noqa: E402
+from analysis.scaling import cli as scaling_cli  # noqa: E402
 
 Subcommand = tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
 
@@ -40,7 +45,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args._run(args) or 0)
+    try:
+        interrupt.check()
+        status = int(args._run(args) or 0)
+        interrupt.check()  # a Ctrl-C the command never saw (analysis.interrupt)
+    except KeyboardInterrupt:
+        print(f"{args.command}: interrupted", file=sys.stderr)
+        return 130
+    return status
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""``python -m analysis costmodel {fit,predict,compare,cv}`` and ``python -m analysis whatif``.
+"""``python -m analysis costmodel {fit,predict,compare,cv,recommend,holdout}`` and ``python -m analysis whatif``.
 
 A stable command line (scripts rely on it): with ``--json`` the last line printed is one JSON
 object; errors are one line on stderr and exit status 2.
@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from analysis.costmodel.features import KNOB_DEFAULTS, CostModelError
@@ -239,6 +241,45 @@ def cmd_cv(args) -> int:
     return 0
 
 
+def _goal(text: str) -> dict:
+    from analysis.costmodel.holdout import GOAL
+    parts = text.split(",")
+    try:
+        vals = [float(v) for v in parts]
+    except ValueError:
+        vals = []
+    if len(vals) != 3 or not all(np.isfinite(vals)) or not (0 < vals[0] <= vals[1]) or not -1 <= vals[2] <= 1:
+        raise CostModelError(f"--goal {text!r}: expected MEDIAN,MAX,TAU, e.g. 0.05,0.15,0.8 (0 < median <= max, "
+                             f"-1 <= tau <= 1)")
+    return dict(zip(GOAL, vals))
+
+
+def cmd_holdout(args) -> int:
+    from analysis.costmodel.holdout import GOAL, find_pairs, format_table, holdout, medians
+    goal = _goal(args.goal) if args.goal else dict(GOAL)
+    if args.jobs < 1:
+        raise CostModelError(f"--jobs {args.jobs}: give a positive number of worker processes")
+    pairs = find_pairs(args.folders, [tuple(p) for p in args.pair])
+    table = holdout(pairs, jobs=args.jobs, goal=goal, progress=True)
+    if args.out:
+        table.to_csv(args.out, index=False)
+    print(format_table(table))
+    m = medians(table)
+    for check in ("cv", "compare"):
+        s = m[f"median_{check}"]
+        print(f"{check}: median over {m['n_pairs']} pairs of the median |rel error| {s['median_abs_rel_error']:.1%}, "
+              f"of the max {s['max_abs_rel_error']:.1%}, of Kendall tau {s['kendall_tau']:.2f}; "
+              f"{m[f'n_meeting_{check}']} pair(s) meet the goal")
+    print(f"goal (median <= {goal['median_abs_rel_error']:.0%}, max <= {goal['max_abs_rel_error']:.0%}, tau >= "
+          f"{goal['kendall_tau']:.2f}) met by both checks: {m['n_meeting_both']} of {m['n_pairs']} pair(s)"
+          + (f" ({', '.join(m['pairs_meeting_both'])})" if m["pairs_meeting_both"] else ""))
+    if args.out:
+        print(f"wrote {args.out}")
+    if args.json:
+        _print_json({**m, "goal": goal})
+    return 0
+
+
 def add_args(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     f = sub.add_parser("fit", help="calibrate on one or more results folders")
@@ -289,6 +330,16 @@ def add_args(p: argparse.ArgumentParser) -> None:
                         "study it raised the held-out error; see analysis.costmodel.model.fit)")
     v.add_argument("--json", action="store_true")
     v.set_defaults(_action=cmd_cv)
+    h = sub.add_parser("holdout", help="cv and compare over held-out pairs (study/ + second/), with the goal per pair")
+    h.add_argument("folders", nargs="*", help="pair folders (study/ and second/, each with rows.csv) or folders of them")
+    h.add_argument("--pair", nargs=2, action="append", default=[], metavar=("STUDY", "SECOND"),
+                   help="a pair laid out otherwise: the study's folder and the second sweep's (repeatable)")
+    h.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                   help="worker processes, each evaluating one pair at a time (default: 2, or 1 on one core)")
+    h.add_argument("--goal", help="MEDIAN,MAX,TAU each check is held to (default 0.05,0.15,0.8)")
+    h.add_argument("--out", help="write the table as CSV")
+    h.add_argument("--json", action="store_true")
+    h.set_defaults(_action=cmd_holdout)
 
 
 def run(args: argparse.Namespace) -> int:

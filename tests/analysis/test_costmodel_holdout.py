@@ -1,0 +1,151 @@
+"""``python -m analysis costmodel holdout``: cv and compare over held-out pairs, with the goal per pair."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import psutil
+import pytest
+
+from analysis.costmodel import holdout as ho
+from analysis.costmodel.features import CostModelError
+
+ROOT = Path(__file__).resolve().parents[2]
+HOLDOUT = ROOT / "results" / "cpu-2core" / "holdout"
+KEYS = ("median_abs_rel_error", "max_abs_rel_error", "kendall_tau", "n", "median_interval_width")
+
+
+def _committed(pair: str, what: str) -> dict:
+    """The last line of a pair's committed ``cv --json`` or ``compare --json`` output."""
+    return json.loads((HOLDOUT / pair / f"{what}.txt").read_text().strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def two_pairs(tmp_path_factory):
+    """The command on two committed pairs, in two worker processes: (status, stdout, stderr, table)."""
+    out = tmp_path_factory.mktemp("holdout") / "h.csv"
+    p = subprocess.run([sys.executable, "-m", "analysis", "costmodel", "holdout", HOLDOUT / "pair37",
+                        HOLDOUT / "pair13", "--jobs", "2", "--out", out, "--json"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=300)
+    return p.returncode, p.stdout, p.stderr, (pd.read_csv(out, dtype={"git_commit": str}) if out.is_file() else None)
+
+
+def test_each_pair_gets_what_cv_and_compare_wrote_for_it(two_pairs):
+    rc, out, err, table = two_pairs
+    assert rc == 0, err
+    assert table.pair.tolist() == ["pair37", "pair13"]  # the order given
+    rows = table.set_index("pair")
+    # the committed files are `costmodel cv --json` and `costmodel compare MODEL.json --json` (the model
+    # written to JSON and read back): the same numbers, by another path
+    for pair, check, short in (("pair37", "cv", "cv"), ("pair37", "compare", "cmp"), ("pair13", "compare", "cmp")):
+        want = _committed(pair, check)
+        for k in KEYS:
+            assert rows.loc[pair, f"{short}_{k}"] == pytest.approx(want[k], rel=1e-9, abs=1e-12), (pair, check, k)
+        met = (want["median_abs_rel_error"] <= 0.05 and want["max_abs_rel_error"] <= 0.15
+               and want["kendall_tau"] >= 0.8)
+        assert bool(rows.loc[pair, f"{short}_meets"]) == met, (pair, check)
+    assert rows.loc["pair37", "cmp_median_work_spread"] == pytest.approx(_committed("pair37", "compare")["median_work_spread"])
+    # pair37 (AMD EPYC) misses both checks; pair13 (Intel Xeon) meets the comparison
+    assert not rows.loc["pair37", "both_meet"] and rows.loc["pair13", "cmp_meets"]
+    assert rows.loc["pair13", "both_meet"] == (rows.loc["pair13", "cv_meets"] and rows.loc["pair13", "cmp_meets"])
+    assert rows.loc["pair37", "cpu_model"].startswith("AMD EPYC") and rows.loc["pair13", "git_commit"] == "6965a78"
+    s = json.loads(out.strip().splitlines()[-1])
+    assert s["n_pairs"] == 2 and s["n_meeting_both"] == int(table.both_meet.sum())
+    assert s["pairs_meeting_both"] == table.pair[table.both_meet].tolist()
+    assert s["median_cv"]["max_abs_rel_error"] == pytest.approx(table.cv_max_abs_rel_error.median())
+    assert s["goal"] == ho.GOAL
+    lines = out.splitlines()
+    assert any(ln.split()[:1] == ["pair37"] for ln in lines) and "met by both checks" in out
+
+
+def test_one_process_gives_the_workers_rows(two_pairs):
+    table = ho.holdout(ho.find_pairs([str(HOLDOUT / "pair13")]), jobs=1)
+    want = two_pairs[3].set_index("pair").loc["pair13"]
+    got = table.set_index("pair").loc["pair13"]
+    for k in want.index:
+        assert got[k] == want[k] or (pd.isna(got[k]) and pd.isna(want[k])), k
+
+
+def _pair(root: Path, name: str) -> Path:
+    for part in ("study", "second"):
+        (root / name / part).mkdir(parents=True)
+        (root / name / part / "rows.csv").write_text("config_id\n")
+    return root / name
+
+
+def test_pairs_are_found_in_natural_order_and_bad_folders_are_refused(tmp_path):
+    for n in ("pair10", "pair2", "pair9"):
+        _pair(tmp_path / "h", n)
+    (tmp_path / "h" / "second").mkdir()  # a folder of the parent that is not a pair
+    found = ho.find_pairs([str(tmp_path / "h")])
+    assert [n for n, _, _ in found] == ["pair2", "pair9", "pair10"]
+    assert found[0][1:] == (str(tmp_path / "h" / "pair2" / "study"), str(tmp_path / "h" / "pair2" / "second"))
+    one = ho.find_pairs([str(tmp_path / "h" / "pair9")], [(str(tmp_path / "h" / "pair2" / "study"),
+                                                           str(tmp_path / "h" / "pair10" / "second"))])
+    assert [n for n, _, _ in one] == ["pair9", str(tmp_path / "h" / "pair2" / "study")]
+    with pytest.raises(CostModelError, match="holds no pair"):
+        ho.find_pairs([str(tmp_path / "h" / "second")])
+    with pytest.raises(CostModelError, match="given twice: pair9"):
+        ho.find_pairs([str(tmp_path / "h"), str(tmp_path / "h" / "pair9")])
+    with pytest.raises(CostModelError, match="no pairs given"):
+        ho.find_pairs([])
+    with pytest.raises(CostModelError, match="jobs=0"):
+        ho.holdout(found, jobs=0)
+
+
+def _main(capsys, *args):
+    from analysis.__main__ import main
+    rc = main([str(a) for a in args])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+@pytest.mark.parametrize("args, names", [
+    (["{tmp}/missing"], "'{tmp}/missing' is not a folder"),
+    (["{tmp}"], "'{tmp}' holds no pair"),
+    (["{pair}", "--goal", "0.05,0.15"], "--goal '0.05,0.15': expected MEDIAN,MAX,TAU"),
+    (["{pair}", "--goal", "0.2,0.1,0.8"], "--goal '0.2,0.1,0.8'"),
+    (["{pair}", "--jobs", "0"], "--jobs 0"),
+    (["--pair", "{pair}/study", "{tmp}"], "the second sweep folder '{tmp}' has no rows.csv"),
+])
+def test_bad_input_is_one_line_and_exit_2_before_any_work(tmp_path, capsys, args, names):
+    pair = _pair(tmp_path / "p", "pairA")  # rows.csv without rows: any fitting would fail otherwise
+    fill = {"tmp": tmp_path, "pair": pair}
+    rc, out, err = _main(capsys, "costmodel", "holdout", *[a.format(**fill) for a in args])
+    assert rc == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and err.startswith("error: ")
+    assert names.format(**fill) in err
+
+
+def test_ctrl_c_stops_the_command_and_its_workers(shm_guard):
+    p = subprocess.Popen([sys.executable, "-m", "analysis", "costmodel", "holdout", HOLDOUT, "--jobs", "2"],
+                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        me = psutil.Process(p.pid)
+        deadline = time.monotonic() + 120
+        while len(me.children()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(2.0)  # the workers into their first pairs
+        kids = me.children(recursive=True)
+        assert len(kids) >= 2, "the pool's workers never started"
+        os.killpg(p.pid, signal.SIGINT)
+        t0 = time.monotonic()
+        out, err = p.communicate(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "costmodel: interrupted"
+    assert "met by both checks" not in out
+    assert took < 10, took
+    deadline = time.monotonic() + 5
+    while (alive := [k for k in kids if k.is_running() and k.status() != psutil.STATUS_ZOMBIE]) \
+            and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive, f"orphaned processes: {alive}"
