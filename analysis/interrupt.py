@@ -11,7 +11,9 @@ was still imported by the package before it.
 :func:`install` (``python -m analysis`` only, before any subcommand module is imported; the package
 itself imports nothing heavy) replaces the SIGINT handler with one that also sets a flag;
 :func:`check` turns the flag into KeyboardInterrupt at a safe point, which the launcher checks
-before and after the command and long loops check as they go.
+before and after the command and long loops check as they go. (``experiments.sweep.interruptible``
+does the same for sweeps, with a context manager around the sweep; the launcher's handler has to be
+in place before JAX is imported, which that module imports.)
 """
 
 from __future__ import annotations
