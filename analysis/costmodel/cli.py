@@ -259,6 +259,8 @@ def cmd_holdout(args) -> int:
     goal = _goal(args.goal) if args.goal else dict(GOAL)
     if args.jobs < 1:
         raise CostModelError(f"--jobs {args.jobs}: give a positive number of worker processes")
+    if args.out and not Path(args.out).resolve().parent.is_dir():
+        raise CostModelError(f"--out {args.out!r}: its folder does not exist; create it or give another path")
     pairs = find_pairs(args.folders, [tuple(p) for p in args.pair])
     table = holdout(pairs, jobs=args.jobs, goal=goal, progress=True)
     if args.out:
