@@ -175,21 +175,15 @@ def _calibration_stage_probe(model) -> pd.DataFrame | None:
 
 
 def cmd_compare(args) -> int:
-    from analysis.costmodel.evaluate import (compare, host_stage_ratio, other_cpu, other_platform, summary,
-                                             with_measured_step, worst)
-    from analysis.costmodel.model import load, measured_configs, predict
+    from analysis.costmodel.evaluate import (host_stage_ratio, other_cpu, other_platform, predicted_vs_measured,
+                                             summary, worst)
+    from analysis.costmodel.model import load, measured_configs
     model = load(args.model)
     _, machine = parse_sets(args.set, knobs=False)
     d = read_dir(args.results)
     meas = measured_configs(d["rows"])
     other_platform(model, meas, machine.get("hierarchy"))
-    ms = with_measured_step(model, meas, **machine)
-    if args.step == "measured":
-        pred = ms
-    else:
-        pred = predict(model, meas, **machine)
-        pred["config_id"] = meas.config_id.to_numpy()
-    cmp = compare(d["rows"], pred, ms)
+    cmp = predicted_vs_measured(model, d["rows"], meas, step=args.step, **machine)
     s = summary(cmp)
     s["step"] = args.step
     s.update(machine)

@@ -122,6 +122,22 @@ def with_measured_step(model: CostModel, meas: pd.DataFrame, **kw) -> pd.DataFra
     return pred
 
 
+def predicted_vs_measured(model: CostModel, rows: pd.DataFrame, meas: pd.DataFrame | None = None,
+                          step: str = "predicted", **kw) -> pd.DataFrame:
+    """:func:`compare` of ``rows`` with the model's prediction of their configurations (``meas``:
+    ``measured_configs(rows)``, when the caller has it), each step from the step model (``step=
+    'predicted'``) or its own measured device-resident bound (``'measured'``), the error split in two
+    either way. ``kw`` (``hierarchy``, ``cpu_count``, ``cpu_scale``) goes to :func:`predict`."""
+    meas = measured_configs(rows) if meas is None else meas
+    ms = with_measured_step(model, meas, **kw)
+    if step == "measured":
+        pred = ms
+    else:
+        pred = predict(model, meas, **kw)
+        pred["config_id"] = meas.config_id.to_numpy()
+    return compare(rows, pred, ms)
+
+
 #: a JAX device kind -> the ``memsim.machines`` preset that describes it
 DEVICE_HIERARCHY = {"NVIDIA H100 80GB HBM3": "h100_sxm", "NVIDIA H100": "h100_sxm", "NVIDIA H200": "h200"}
 

@@ -97,9 +97,8 @@ def evaluate_pair(name: str, study: str, second: str) -> dict:
     """Both checks of one pair: the summaries of ``costmodel cv STUDY`` and of ``costmodel compare``
     (the model fitted on STUDY, predicting SECOND), as those commands compute them."""
     from analysis.costmodel.cli import read_dir
-    from analysis.costmodel.evaluate import (compare, cross_validate, other_platform, summary,
-                                             with_measured_step)
-    from analysis.costmodel.model import fit, measured_configs, predict
+    from analysis.costmodel.evaluate import cross_validate, other_platform, predicted_vs_measured, summary
+    from analysis.costmodel.model import fit, measured_configs
     d = read_dir(study)
     cv = summary(cross_validate(d["rows"], probes=d["probes"], steps=d["steps"], step_probe=d["step_probe"],
                                 stage_probe=d["stage_probe"], worker_probe=d["worker_probe"]))
@@ -108,9 +107,7 @@ def evaluate_pair(name: str, study: str, second: str) -> dict:
     s2 = read_dir(second)
     meas = measured_configs(s2["rows"])
     other_platform(model, meas, None)
-    pred = predict(model, meas)
-    pred["config_id"] = meas.config_id.to_numpy()
-    cmp = summary(compare(s2["rows"], pred, with_measured_step(model, meas)))
+    cmp = summary(predicted_vs_measured(model, s2["rows"], meas))
     env = model.environment
     return {"pair": name, "cpu_model": env.get("cpu_model", ""), "git_commit": env.get("git_commit", "")[:7],
             "cv": cv, "compare": cmp}
