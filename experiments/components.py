@@ -1,4 +1,5 @@
-"""Component probes: the training step alone and the loader alone, per shape, in one process.
+"""Component probes: the training step alone and the loader alone, per shape (the step probe in a
+process of its own, the others in the caller's).
 
 The cost model (``analysis.costmodel``) composes a configuration's throughput from its parts: the
 step on a batch already on the device, the loader's CPU per sample, the host→device copy (the
@@ -10,7 +11,10 @@ share the cores, to the runs.
 
 - **step probe** (``step_probe/rows.csv``). For each (model, precision, grad_accum_steps, batch_size,
   image_size) the runs' own ``TrainStep`` is compiled and stepped on a batch already on the device,
-  with the runs' window rules and shorter windows. Each row has ``device_resident_samples_per_s``,
+  with the runs' window rules and shorter windows, from a heap that cannot serve a block of the
+  step's temporaries above glibc's 32 MiB mmap cap from an earlier shape's free memory (such a block
+  is mapped and faulted in afresh on every step of a run, as there: ``xla_temp_bytes``,
+  ``resident_minor_faults_per_step``; :func:`run`, ``experiments.heap.hold_large_free``). Each row has ``device_resident_samples_per_s``,
   the step median, the compile time and XLA's FLOPs: the columns a sweep row has, so that
   ``analysis.costmodel.fit(step_probe=...)`` reads either. It also has ``resident_cpu_cores``, the
   process's CPU seconds per second of step: the host cores the step keeps busy (XLA's thread pool,
@@ -65,6 +69,8 @@ from experiments.env import environment
 
 STEP_KEYS = ("model", "precision", "grad_accum_steps", "batch_size", "image_size")
 LOADER_KEYS = ("source", "image_size", "augment_cost")
+#: the step probe's child process is killed after this long (the quick study's 40 shapes take 1–2 min)
+STEP_CHILD_TIMEOUT_S = 3600.0
 ENV_KEYS = ("platform", "device_kind", "cpu_count", "cpu_model", "cpu_simd", "malloc", "jax_version", "jaxlib_version",
             "grain_version", "git_commit")
 
@@ -277,19 +283,28 @@ def measure_step(tc) -> dict:
     compile_s = time.perf_counter() - t0
     cost = compiled.cost_analysis() or {}
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    try:
+        temp_bytes = float(compiled.memory_analysis().temp_size_in_bytes)
+    except Exception:  # a backend without the analysis
+        temp_bytes = float("nan")
     rng = np.random.default_rng(tc.seed)
     host = {"image": rng.standard_normal((tc.batch_size, tc.image_size, tc.image_size, tc.channels)).astype(np.float32),
             "label": rng.integers(0, tc.num_classes, tc.batch_size).astype(np.int32)}
     batch = put(host, sharding)
     jax.block_until_ready(batch)
     released = heap.release_free()  # a heap holding nothing earlier shapes freed, as a run's (experiments.heap)
+    held = heap.hold_large_free()  # and no free block above the mmap cap (experiments.heap.hold_large_free)
+    n_held = len(held)
 
     def one(i):
         f, c, t = heap.minor_faults(), time.process_time(), time.perf_counter()
         jax.block_until_ready(step(batch))
         return {"step_time_s": time.perf_counter() - t, "cpu_s": time.process_time() - c,
                 "minor_faults": heap.minor_faults() - f}
-    w = measure_window(one, tc)
+    try:
+        w = measure_window(one, tc)
+    finally:
+        heap.free_held(held)
     times = np.array([r["step_time_s"] for r in w.records[w.warmup_steps:]])
     cpu = np.array([r["cpu_s"] for r in w.records[w.warmup_steps:]])
     faults = np.array([r["minor_faults"] for r in w.records[w.warmup_steps:]])
@@ -301,8 +316,10 @@ def measure_step(tc) -> dict:
             "resident_measure_s": float(times.sum()), "resident_warmup_steps_run": w.warmup_steps,
             "resident_warmup_steady": w.steady, "compile_s": compile_s,
             "resident_minor_faults_per_step": float(faults.mean()), "heap_released": released,
+            "heap_blocks_held": n_held, "async_dispatch": _async_dispatch(),
             "xla_flops_per_step": float(cost.get("flops", np.nan)),
-            "xla_bytes_accessed_per_step": float(cost.get("bytes accessed", np.nan))}
+            "xla_bytes_accessed_per_step": float(cost.get("bytes accessed", np.nan)),
+            "xla_temp_bytes": temp_bytes}
 
 
 def measure_stage(tc) -> dict:
@@ -367,48 +384,82 @@ def _order(n: int, repeats: int, seed: int) -> list[tuple[int, int]]:
     return [(int(i), r) for r in range(repeats) for i in rng.permutation(n)]
 
 
+def _async_dispatch() -> bool:
+    """Whether JAX's CPU client dispatches asynchronously (its default; the step child turns it off)."""
+    import jax
+    return bool(jax.config.read("jax_cpu_enable_async_dispatch"))
+
+
+def _probe(kind: str, tcs: list, keys: tuple, fn, out: Path, cfg: ComponentConfig, env: dict, progress: bool) -> int:
+    """One probe's shapes into ``out/<kind>_probe`` (resumable); the number that failed."""
+    d = out / f"{kind}_probe"
+    d.mkdir(parents=True, exist_ok=True)
+    results.write_json_atomic(d / "config.json", {"experiment": f"{kind} probe", "config": to_flat_dict(cfg),
+                                                 "environment": environment()}, sort_keys=False)
+    done = results.done_pairs(d)
+    writer = results.RowWriter(d)
+    order = _order(len(tcs), cfg.stage_repeats if kind == "stage" else cfg.repeats, cfg.order_seed)
+    failed = 0
+    for k, (i, rep) in enumerate(order):
+        tc = tcs[i]
+        flat = to_flat_dict(tc)
+        cid = results.config_id(flat)
+        if (cid, rep) in done:
+            continue
+        row = {"config_id": cid, "repeat": rep, "attempt": 0, **flat, **env}
+        t0 = time.perf_counter()
+        try:
+            row.update(fn(tc), status="ok", error="")
+        except Exception as e:  # one shape's failure is a row; the probe goes on
+            row.update(status="failed", error=f"{type(e).__name__}: {e}".splitlines()[0][:500])
+            failed += 1
+        row["wall_s"] = time.perf_counter() - t0
+        writer.append(row)
+        if progress:
+            what = ", ".join(f"{key}={flat[key]}" for key in keys)
+            val = (f"{row.get('device_resident_step_median_s', float('nan')) * 1e3:.2f} ms/step" if kind == "step"
+                   else f"{row.get(kind + '_s_per_sample', float('nan')) * 1e6:.1f} µs/sample")
+            print(f"  {kind} probe {k + 1}/{len(order)} {what}: {val if row['status'] == 'ok' else row['error']}",
+                  file=sys.stderr, flush=True)
+    return failed
+
+
+def _step_child(cfg: ComponentConfig, out: str, env: dict, progress: bool) -> int:
+    """The step probe in a fresh process, its steps dispatched synchronously (set before JAX starts its
+    backend): the step's temporaries are then allocated in this thread's heap, where
+    ``experiments.heap.hold_large_free`` can keep an earlier shape's free blocks from serving them."""
+    import jax
+    jax.config.update("jax_cpu_enable_async_dispatch", False)
+    return _probe("step", cfg.step_configs(), STEP_KEYS, measure_step, Path(out), cfg, env, progress)
+
+
 def run(cfg: ComponentConfig, out: str | Path, progress: bool = True) -> dict:
     """Measures the step, stage and loader probes of ``cfg`` into ``out/step_probe``,
     ``out/stage_probe`` and ``out/loader_probe`` (resumable). Returns ``{"step": rows, "stage": rows,
     "loader": rows, "failed": n, "seconds": s}``; a shape that fails becomes a row with
-    ``status='failed'`` and its error, and the others go on."""
+    ``status='failed'`` and its error, and the others go on.
+
+    The step probe runs in a child process of its own (spawned, dying with this one; about 3 s more
+    on the 2-core CPU): a heap that only the step probe's shapes used, and JAX's CPU dispatch made
+    synchronous before its backend starts (:func:`_step_child`). A training process maps a block of
+    step temporaries above glibc's 32 MiB mmap cap afresh on every step, and the probe reproduces
+    that only when the step allocates in the thread that holds the heap's large free blocks
+    (``experiments.heap.hold_large_free``). Each step is waited for (``block_until_ready``) either
+    way, so the dispatch mode changes where the step's buffers are allocated, not what is timed: the
+    40 shapes measured so and each alone in a fresh process with JAX's default dispatch differed by
+    a median 1.7% (a median 8.7% either way; single measurements)."""
+    from experiments.rules import call_in_child
     out = Path(out)
     env = {k: v for k, v in environment().items() if k in ENV_KEYS}
     t_start = time.perf_counter()
     failed = 0
-    for kind, tcs, keys, fn in (("step", cfg.step_configs(), STEP_KEYS, measure_step),
-                                ("stage", cfg.stage_configs(), LOADER_KEYS, measure_stage),
+    if cfg.step_configs():
+        failed += call_in_child(_step_child, cfg, str(out), env, progress, timeout_s=STEP_CHILD_TIMEOUT_S)
+    for kind, tcs, keys, fn in (("stage", cfg.stage_configs(), LOADER_KEYS, measure_stage),
                                 ("loader", cfg.loader_configs(), LOADER_KEYS, measure_loader)):
-        if not tcs:
-            continue
-        d = out / f"{kind}_probe"
-        d.mkdir(parents=True, exist_ok=True)
-        results.write_json_atomic(d / "config.json", {"experiment": f"{kind} probe", "config": to_flat_dict(cfg),
-                                                     "environment": environment()}, sort_keys=False)
-        done = results.done_pairs(d)
-        writer = results.RowWriter(d)
-        order = _order(len(tcs), cfg.stage_repeats if kind == "stage" else cfg.repeats, cfg.order_seed)
-        for k, (i, rep) in enumerate(order):
-            tc = tcs[i]
-            flat = to_flat_dict(tc)
-            cid = results.config_id(flat)
-            if (cid, rep) in done:
-                continue
-            row = {"config_id": cid, "repeat": rep, "attempt": 0, **flat, **env}
-            t0 = time.perf_counter()
-            try:
-                row.update(fn(tc), status="ok", error="")
-            except Exception as e:  # one shape's failure is a row; the probe goes on
-                row.update(status="failed", error=f"{type(e).__name__}: {e}".splitlines()[0][:500])
-                failed += 1
-            row["wall_s"] = time.perf_counter() - t0
-            writer.append(row)
-            if progress:
-                what = ", ".join(f"{key}={flat[key]}" for key in keys)
-                val = (f"{row.get('device_resident_step_median_s', float('nan')) * 1e3:.2f} ms/step" if kind == "step"
-                       else f"{row.get(kind + '_s_per_sample', float('nan')) * 1e6:.1f} µs/sample")
-                print(f"  {kind} probe {k + 1}/{len(order)} {what}: {val if row['status'] == 'ok' else row['error']}",
-                      file=sys.stderr, flush=True)
+        if tcs:
+            failed += _probe(kind, tcs, keys, fn, out, cfg, env, progress)
+
     def rows(kind):
         f = out / f"{kind}_probe" / "rows.csv"
         return results.read_csv_rows(f) if f.is_file() else pd.DataFrame()

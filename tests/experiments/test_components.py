@@ -75,6 +75,10 @@ def test_the_step_probe_compiles_the_shape_it_names(smoke_run):
     import platform
     assert res["step"].heap_released.astype(bool).all() == (platform.libc_ver()[0] == "glibc")
     assert (res["step"].resident_minor_faults_per_step >= 0).all()
+    # in the step probe's own process, dispatched synchronously, XLA's temporaries sized
+    assert not res["step"].async_dispatch.astype(bool).any()
+    assert (res["step"].heap_blocks_held >= 0).all()
+    assert (res["step"].xla_temp_bytes > 0).all()
 
 
 def test_a_resumed_run_skips_what_it_has(smoke_run):

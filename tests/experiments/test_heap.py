@@ -102,3 +102,46 @@ def test_minor_faults_count_the_pages_a_process_touches_first():
     after = heap.minor_faults()
     libc.free(block)
     assert after - before > 8000, after - before  # 16 384 pages of 4 KiB
+
+
+# a fresh process: leave a free 40 MiB block inside the heap (served from the heap under a raised mmap
+# threshold, a block above it kept in use), put the threshold back at glibc's cap, then ask for 35 MB
+# without and with hold_large_free; prints whether each came from a fresh mapping, and how many
+# blocks the hold took
+HOLD = """
+import ctypes
+from experiments import heap
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, (ctypes.c_size_t,)
+libc.free.argtypes = (ctypes.c_void_p,)
+def mapped(p):
+    return bool(ctypes.c_size_t.from_address(p - 8).value & 2)
+libc.mallopt(-3, 64 << 20)
+block, guard = libc.malloc(40 << 20), libc.malloc(1 << 20)
+libc.free(block)
+libc.mallopt(-3, heap.MMAP_CAP)
+b = libc.malloc(35_000_000)
+print(mapped(b))
+libc.free(b)
+held = heap.hold_large_free()
+c = libc.malloc(35_000_000)
+print(mapped(c), len(held))
+libc.free(c)
+heap.free_held(held)
+print(len(held))
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's chunk layout")
+def test_hold_large_free_makes_a_large_block_a_fresh_mapping_as_in_a_fresh_process():
+    out = subprocess.run([sys.executable, "-c", HOLD], capture_output=True, text=True, timeout=120, check=True,
+                         cwd=Path(__file__).resolve().parents[2]).stdout.split()
+    assert out[0] == "False"  # carved from the free block: faults in once, then reused
+    assert out[1] == "True" and int(out[2]) >= 1, out  # held: mapped afresh, as a training process's
+    assert out[3] == "0"  # given back and the list emptied
+
+
+def test_hold_large_free_off_glibc_holds_nothing(monkeypatch):
+    monkeypatch.setattr(heap.platform, "libc_ver", lambda: ("", ""))
+    assert heap.hold_large_free() == []
+    heap.free_held([])
