@@ -14,7 +14,11 @@ share the cores, to the runs.
   with the runs' window rules and shorter windows, from a heap that cannot serve a block of the
   step's temporaries above glibc's 32 MiB mmap cap from an earlier shape's free memory (such a block
   is mapped and faulted in afresh on every step of a run, as there: ``xla_temp_bytes``,
-  ``resident_minor_faults_per_step``; :func:`run`, ``experiments.heap.hold_large_free``). Each row has ``device_resident_samples_per_s``,
+  ``resident_minor_faults_per_step``; :func:`run`, ``experiments.heap.hold_large_free``). Such a
+  shape is measured a second time with that block served from the heap and reused
+  (``from_heap_step_median_s``): ``fault_s_per_page`` is the difference per faulted page, what a
+  fault costs inside the step (``experiments.heap.reuse_large_blocks``; 1.1–2.2 µs on the 2-core
+  AMD EPYC over the quick study's six such shapes). Each row has ``device_resident_samples_per_s``,
   the step median, the compile time and XLA's FLOPs: the columns a sweep row has, so that
   ``analysis.costmodel.fit(step_probe=...)`` reads either. It also has ``resident_cpu_cores``, the
   process's CPU seconds per second of step: the host cores the step keeps busy (XLA's thread pool,
@@ -308,6 +312,19 @@ def measure_step(tc) -> dict:
     times = np.array([r["step_time_s"] for r in w.records[w.warmup_steps:]])
     cpu = np.array([r["cpu_s"] for r in w.records[w.warmup_steps:]])
     faults = np.array([r["minor_faults"] for r in w.records[w.warmup_steps:]])
+    # a shape whose temporaries exceed glibc's mmap cap faults them in on every step, as a run does;
+    # measured again with them served from the heap and reused, the difference per page is what a
+    # page fault costs inside this step (experiments.heap.reuse_large_blocks)
+    heap_s = heap_faults = fault_s = float("nan")
+    if temp_bytes > heap.MMAP_CAP and heap.reuse_large_blocks():
+        try:
+            wh = measure_window(one, tc)
+        finally:
+            heap.map_large_blocks()
+        heap_s = float(np.median([r["step_time_s"] for r in wh.records[wh.warmup_steps:]]))
+        heap_faults = float(np.mean([r["minor_faults"] for r in wh.records[wh.warmup_steps:]]))
+        if faults.mean() - heap_faults > 1000:
+            fault_s = (float(np.median(times)) - heap_s) / (float(faults.mean()) - heap_faults)
     # the host cores the step keeps busy: the process's CPU seconds (XLA's thread pool included,
     # spinning or computing) per second of step
     return {"device_resident_samples_per_s": tc.batch_size * len(times) / float(times.sum()),
@@ -319,7 +336,8 @@ def measure_step(tc) -> dict:
             "heap_blocks_held": n_held, "async_dispatch": _async_dispatch(),
             "xla_flops_per_step": float(cost.get("flops", np.nan)),
             "xla_bytes_accessed_per_step": float(cost.get("bytes accessed", np.nan)),
-            "xla_temp_bytes": temp_bytes}
+            "xla_temp_bytes": temp_bytes, "from_heap_step_median_s": heap_s,
+            "from_heap_minor_faults_per_step": heap_faults, "fault_s_per_page": fault_s}
 
 
 def measure_stage(tc) -> dict:

@@ -145,3 +145,33 @@ def test_hold_large_free_off_glibc_holds_nothing(monkeypatch):
     monkeypatch.setattr(heap.platform, "libc_ver", lambda: ("", ""))
     assert heap.hold_large_free() == []
     heap.free_held([])
+
+
+# a fresh process: a 40 MiB block is a fresh mapping (above the cap); with reuse_large_blocks it comes
+# from the heap; after map_large_blocks, with the block the heap kept held, a fresh mapping again
+REUSE = """
+import ctypes
+from experiments import heap
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, (ctypes.c_size_t,)
+libc.free.argtypes = (ctypes.c_void_p,)
+def mapped():
+    p = libc.malloc(40 << 20)
+    m = bool(ctypes.c_size_t.from_address(p - 8).value & 2)
+    libc.free(p)
+    return m
+print(mapped(), heap.reuse_large_blocks(), mapped(), heap.map_large_blocks())
+held = heap.hold_large_free()  # the block the heap kept meanwhile, as the step probe holds it
+print(mapped())
+heap.free_held(held)
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's mallopt and chunk layout")
+def test_reuse_large_blocks_serves_them_from_the_heap_until_map_large_blocks():
+    run = lambda mode: subprocess.run([sys.executable, "-c", REUSE], capture_output=True, text=True, timeout=120,
+                                      check=True, env={**os.environ, heap.ENV: mode},
+                                      cwd=Path(__file__).resolve().parents[2]).stdout.split()
+    assert run("default") == ["True", "True", "False", "True", "True"]
+    # the runs' fixed thresholds are left alone: 40 MiB comes from the heap throughout
+    assert run("steady") == ["False", "False", "False", "False", "False"]
