@@ -472,7 +472,8 @@ def run(cfg: ComponentConfig, out: str | Path, progress: bool = True) -> dict:
     t_start = time.perf_counter()
     failed = 0
     if cfg.step_configs():
-        failed += call_in_child(_step_child, cfg, str(out), env, progress, timeout_s=STEP_CHILD_TIMEOUT_S)
+        failed += call_in_child(_step_child, cfg, str(out), env, progress, timeout_s=STEP_CHILD_TIMEOUT_S,
+                                limit="experiments.components.STEP_CHILD_TIMEOUT_S")
     for kind, tcs, keys, fn in (("stage", cfg.stage_configs(), LOADER_KEYS, measure_stage),
                                 ("loader", cfg.loader_configs(), LOADER_KEYS, measure_loader)):
         if tcs:

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 import platform
 
@@ -54,6 +55,27 @@ TRIM_THRESHOLD = 128 << 20
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # <malloc.h>
 
 _state: str | None = None
+
+
+def _libc():
+    """glibc with the signatures this module calls (``mallopt``, ``malloc_trim``, ``malloc``,
+    ``free``), or None off glibc or where it cannot be loaded."""
+    if platform.libc_ver()[0] != "glibc":
+        return None
+    return _load_libc()
+
+
+@functools.lru_cache(maxsize=1)
+def _load_libc():
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.mallopt.argtypes, libc.mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+        libc.malloc_trim.argtypes, libc.malloc_trim.restype = (ctypes.c_size_t,), ctypes.c_int
+        libc.malloc.argtypes, libc.malloc.restype = (ctypes.c_size_t,), ctypes.c_void_p
+        libc.free.argtypes, libc.free.restype = (ctypes.c_void_p,), None
+    except (OSError, AttributeError):
+        return None
+    return libc
 
 
 def mode() -> str:
@@ -77,14 +99,11 @@ def apply() -> str:
     if mode() == "default":
         _state = "glibc default" if glibc else "default (not glibc)"
         return _state
-    try:
-        mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt if glibc else None
-    except (OSError, AttributeError):
-        mallopt = None
-    if mallopt is None:
+    libc = _libc()
+    if libc is None:
         _state = "unavailable (no glibc mallopt)"
         return _state
-    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+    mallopt = libc.mallopt
     # the trim threshold first: it is the part that matters (see above), and older glibc refuses an
     # mmap threshold above 32 MiB (HEAP_MAX_SIZE / 2)
     trim = mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
@@ -123,14 +142,10 @@ def release_free() -> bool:
       that shape 8 647 → 8 643 faults (30.2 → 29.2 ms); the bf16 MLP at 48×48, batch 128 in two,
       4 345 → 8 676 faults (31.4 → 40.8 ms); the bf16 CNN there 1 202 → 12 012 faults (131 → 169 ms).
       Most shapes fault less than 50 times a step either way."""
-    if platform.libc_ver()[0] != "glibc":
+    libc = _libc()
+    if libc is None:
         return False
-    try:
-        trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
-    except (OSError, AttributeError):
-        return False
-    trim.argtypes, trim.restype = (ctypes.c_size_t,), ctypes.c_int
-    trim(0)
+    libc.malloc_trim(0)
     return True
 
 
@@ -138,18 +153,6 @@ def release_free() -> bool:
 #: maps every block above it afresh
 MMAP_CAP = 32 << 20
 _IS_MMAPPED = 0x2  # the flag bit in a glibc chunk's size word, just below the pointer malloc returns
-
-
-def _libc():
-    if platform.libc_ver()[0] != "glibc":
-        return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-    except OSError:
-        return None
-    libc.malloc.argtypes, libc.malloc.restype = (ctypes.c_size_t,), ctypes.c_void_p
-    libc.free.argtypes, libc.free.restype = (ctypes.c_void_p,), None
-    return libc
 
 
 def hold_large_free(size: int = MMAP_CAP, limit: int = 256) -> list[int]:
@@ -212,12 +215,7 @@ def reuse_large_blocks() -> bool:
     at 48×48, batch 128, 19 900), 1.0–2.4 µs a page, 1.6 at the median, where mapping, touching and
     unmapping a 35 MB block in one Python thread costs 3.9–4.3 µs a page (the step's threads fault
     while others compute)."""
-    libc = _libc() if mode() == "default" else None
-    if libc is None:
-        return False
-    libc.mallopt.argtypes, libc.mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
-    return (libc.mallopt(_M_TRIM_THRESHOLD, 1 << 30) == 1
-            and libc.mallopt(_M_MMAP_THRESHOLD, 256 << 20) == 1)
+    return _set_thresholds(trim=1 << 30, mmap=256 << 20)
 
 
 def map_large_blocks() -> bool:
@@ -226,9 +224,12 @@ def map_large_blocks() -> bool:
     twice it, where glibc's own move to); False off glibc or with ``MEMSIM_MALLOC=steady``. A large
     block freed in between stays in the heap and can serve the next request: :func:`hold_large_free`
     keeps it from doing so (the step probe holds before each shape)."""
+    return _set_thresholds(trim=2 * MMAP_CAP, mmap=MMAP_CAP)
+
+
+def _set_thresholds(trim: int, mmap: int) -> bool:
+    """Both thresholds set (the trim threshold first, as :func:`apply` does); False, nothing changed,
+    off glibc or with ``MEMSIM_MALLOC=steady``."""
     libc = _libc() if mode() == "default" else None
-    if libc is None:
-        return False
-    libc.mallopt.argtypes, libc.mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
-    return (libc.mallopt(_M_TRIM_THRESHOLD, 2 * MMAP_CAP) == 1
-            and libc.mallopt(_M_MMAP_THRESHOLD, MMAP_CAP) == 1)
+    return (libc is not None and libc.mallopt(_M_TRIM_THRESHOLD, trim) == 1
+            and libc.mallopt(_M_MMAP_THRESHOLD, mmap) == 1)

@@ -587,9 +587,10 @@ def _child_main(fn, args, conn) -> None:
         conn.close()
 
 
-def call_in_child(fn: Callable, *args, timeout_s: float = 300.0):
+def call_in_child(fn: Callable, *args, timeout_s: float = 300.0, limit: str = "child_timeout_s"):
     """``fn(*args)`` in a fresh (spawned) process that dies with this one; its result, or
-    RuntimeError with the child's error; killed after ``timeout_s`` (TimeoutError)."""
+    RuntimeError with the child's error; killed after ``timeout_s`` (TimeoutError, naming ``limit``,
+    the setting that gave it)."""
     ctx = mp.get_context("spawn")
     recv, send = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child_main, args=(fn, args, send), name="memsim-rules-child")
@@ -597,7 +598,7 @@ def call_in_child(fn: Callable, *args, timeout_s: float = 300.0):
     send.close()
     try:
         if not recv.poll(timeout_s):
-            raise TimeoutError(f"{fn.__name__} gave no answer in {timeout_s:.0f} s (child_timeout_s)")
+            raise TimeoutError(f"{fn.__name__} gave no answer in {timeout_s:.0f} s ({limit})")
         res = recv.recv()
     except EOFError:
         proc.join(timeout=10)
