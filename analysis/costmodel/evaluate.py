@@ -63,7 +63,7 @@ def compare(measured_rows: pd.DataFrame, predicted: pd.DataFrame,
     out["predicted"] = pred.samples_per_s.to_numpy(float)
     out["rel_error"] = out.predicted / out.measured - 1
     out["within_noise"] = (out.predicted >= out.measured_lo) & (out.predicted <= out.measured_hi)
-    for c in ("bottleneck", "input_bound", "stall_frac", "stage_to_fix", "extrapolated", "fold"):
+    for c in ("bottleneck", "input_bound", "stall_frac", "stage_to_fix", "extrapolated", "fold", "fault_s"):
         if c in pred:
             out[c] = pred[c].to_numpy()
     ok = measured_rows[measured_rows.status == "ok"] if "status" in measured_rows else measured_rows
@@ -301,6 +301,9 @@ def reason(row: pd.Series) -> str:
     'noisy measurement (interval 40% of the median); the hypervisor took 5% of the CPU in a measured window'
     >>> reason(pd.Series({"measured": 100.0, "measured_lo": 99.0, "measured_hi": 101.0, "step_faults": 8643.0}))
     'its step faulted in 35 MB of fresh pages a step, whose cost varies'
+    >>> reason(pd.Series({"measured": 100.0, "measured_lo": 99.0, "measured_hi": 101.0, "step_faults": 8643.0,
+    ...                   "fault_s": 0.0144}))
+    'its step faulted in 35 MB of fresh pages a step, whose cost varies (predicted 14.4 ms of its step)'
     """
     why = []
     if isinstance(row.get("extrapolated"), str) and row["extrapolated"]:
@@ -315,7 +318,9 @@ def reason(row: pd.Series) -> str:
         why.append(f"other processes kept {other:.2f} cores busy in a measured window")
     faults = row.get("step_faults", np.nan)
     if np.isfinite(faults) and faults >= FAULTS_NOTE:
-        why.append(f"its step faulted in {faults * 4096 / 1e6:.0f} MB of fresh pages a step, whose cost varies")
+        fs = row.get("fault_s", np.nan)  # what the model's fault term (version 14) put on the step
+        why.append(f"its step faulted in {faults * 4096 / 1e6:.0f} MB of fresh pages a step, whose cost varies"
+                   + (f" (predicted {1e3 * fs:.1f} ms of its step)" if np.isfinite(fs) and fs > 0 else ""))
     sp, pp = row.get("step_part"), row.get("pipeline_part")
     if sp is not None and pp is not None and np.isfinite(sp) and np.isfinite(pp):
         parts = []

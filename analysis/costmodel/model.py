@@ -41,6 +41,23 @@ or a knob, and ``C`` is the host's core count from the rows):
   form above is smooth and the steps are not: the probe's own shapes sat a median 5–9% from it per
   cell over 26 quick studies, while at the second sweeps' configurations of a probed shape the
   probe was a median 3.1% from the run's own device-resident step.
+
+  The step's page faults are a term of their own (version 14, :func:`fault_pages`):
+  ``S = form · anchor + c · pages``. XLA's CPU runtime allocates a step's temporaries on each call,
+  and glibc maps a block above its mmap cap (32 MiB) afresh each time, faulting in every page:
+  ``pages = xla_temp_bytes / 4096`` above the cap, 0 below it. ``c`` is not fitted: it is the step
+  probe's measurement (``fault_s_per_page``, the step with its block mapped afresh less the step with
+  it reused from the heap, per page; 1.3–2.2 µs on the 2-core AMD EPYC). The form and the anchors
+  are fitted on the measured steps less their own counted faults at ``c``. A configuration's
+  temporaries are XLA's compile-time figure from its row, or else estimated from its cell's
+  recorded shapes (:func:`estimate_temp_bytes`). A study whose step probe did not measure ``c`` (one
+  before 2026-11-27) gets no term, and fits as version 13 did.
+
+  Why: the form is smooth in the micro-batch, and the faults are a step in it at the cap. On this
+  AMD the bf16 MLP at 48×48 in two micro-batches (35.4 MB of temporaries, 8 645 pages a step) ran
+  38–44 ms in the runs, where the form and its neighbours' anchors gave 22–30 ms. Held out in
+  cross-validation, with its probe shape dropped, it was the largest error of every version-13
+  pair since the probe faulted as the runs do (``pair41``–``pair43``: +25%, +35%, +84%).
 - **loader CPU per sample** (uncontended): ``x = x₀ + x_px · px + g``, the stamped stages
   ``g = g₀ + g_px · px + a · (x_pass + x_aug · px) + r[source]`` (read, decode, normalise, crop,
   flip and augmentation: what the loader stamps with its thread's CPU time) and ``x₀ + x_px · px``
@@ -297,7 +314,7 @@ from analysis.costmodel.features import (CATEGORICAL_KNOBS, FAMILIES, NUMERIC_KN
                                          knob_frame)
 
 FORMAT = "memsim-costmodel"
-VERSION = 13 # 2: the augmentation pass's fixed part (augment_pass_base_s); 3: stage_base_s, stage_pixel_s;
+VERSION = 14  # 2: the augmentation pass's fixed part (augment_pass_base_s); 3: stage_base_s, stage_pixel_s;
 # 4: the worker process's own terms (worker_base_s, worker_batch_s, worker_pixel_s, worker_pass_s);
 # 5: the stage probe's terms (decode_pixel_s, stage_scale, stage_offset_s); 6: the step's cost per
 # parameter and micro-batch per cell (weight_pass_s_<family>_<precision>); 7: contention fitted on the
@@ -312,7 +329,9 @@ VERSION = 13 # 2: the augmentation pass's fixed part (augment_pass_base_s); 3: s
 # (step_overhead_s_<family>_<precision>, accum_loop_<family>_<precision>); the shared step_overhead_s
 # and accum_loop_<family> are their geometric means, for a cell without its own; 12: ArrayRecord's
 # own offset of the stamped stages in the pipeline (stage_offset_arrayrecord_s); 13: the step anchored to
-# the step probe (step_anchors: each probed shape's log-residual, kernel-smoothed onto the others)
+# the step probe (step_anchors: each probed shape's log-residual, kernel-smoothed onto the others);
+# 14: the page faults of the step's temporaries above the mmap cap, at the step probe's measured cost per
+# page (fault_s_per_page, fixed; CostModel.faults), outside the fitted form and its anchoring
 SOURCES = ("ram", "memmap", "arrayrecord")
 PRECISIONS = ("fp32", "bf16")
 REF_PIXELS = 32 * 32 * 3
@@ -347,6 +366,13 @@ HOST_CPU_PARAMS = ("sample_base_s", "pixel_s", "augment_pass_base_s", "augment_p
 ANCHOR_CELL = ("model", "precision", "grad_accum_steps", "width", "depth")
 ANCHOR_BANDWIDTH_LOG2 = 0.6
 ANCHOR_PRIOR_WEIGHT = 0.5
+#: the step's page faults (version 14, :func:`fault_pages`): the step probe's measured cost of one
+#: page fault inside the step (``experiments.components``' ``fault_s_per_page``), a fixed parameter
+FAULT_COST = "fault_s_per_page"
+PAGE_BYTES = 4096
+#: a shape's temporaries are estimated (:func:`estimate_temp_bytes`) from its cell's recorded shapes,
+#: by non-negative least squares on these features, where the cell has at least this many shapes
+TEMP_MIN_SHAPES = 3
 LOADER_PARAMS = ("sample_base_s", "pixel_s", "augment_pass_base_s", "augment_pass_s", "read_memmap_s",
                  "read_arrayrecord_s", "stage_base_s", "stage_pixel_s",
                  "batch_overhead_s", "main_overlap_loss", "main_serial_share", "step_straggler")
@@ -394,6 +420,7 @@ DESCRIPTION = {
     "main_serial_share": "share of the loader's work the main thread waits for after each step, without workers (η)",
     "step_straggler": "step slow-down per unit of worker activity, per host core share the step spreads over (κ; the step is slowed by κ·u·ν/C)",
     "step_cores": "host cores the step keeps busy (ν), one for every model family",
+    FAULT_COST: "step seconds per page its temporaries fault in, where they exceed the mmap cap (measured by the step probe)",
 }
 
 
@@ -453,6 +480,12 @@ class CostModel:
         step_anchors: the step probe's shapes (:data:`ANCHOR_CELL`, ``batch_size``, ``image_size``)
             with ``log_residual``, log(measured / fitted step), and ``n`` repeats; may be empty
             (:func:`anchor_factor`).
+        faults: the step's page faults (version 14; empty when the rows' step is not on the host or
+            the malloc in use is not glibc's): ``mmap_cap_bytes`` (the rows' mmap threshold),
+            ``page_bytes``, ``cost_source`` (where ``fault_s_per_page`` came from, or why the term
+            is absent) and ``temps``, the XLA temporaries of each recorded shape (:data:`ANCHOR_CELL`,
+            ``batch_size``, ``image_size``, ``xla_temp_bytes``), for configurations that do not give
+            their own (:func:`estimate_temp_bytes`).
         environment: platform, device kind and versions of the rows it was fitted on.
         sources: the folders it was fitted on.
     """
@@ -465,6 +498,7 @@ class CostModel:
     transfer: dict
     jitter: list = dataclasses.field(default_factory=list)
     step_anchors: list = dataclasses.field(default_factory=list)
+    faults: dict = dataclasses.field(default_factory=dict)
     environment: dict = dataclasses.field(default_factory=dict)
     sources: list = dataclasses.field(default_factory=list)
 
@@ -494,7 +528,7 @@ class CostModel:
                 "table": json.loads(self.table.to_json(orient="records")), "stats": self.stats,
                 "ranges": self.ranges, "cpu_count": self.cpu_count, "transfer": self.transfer,
                 "jitter": list(map(float, self.jitter)), "step_anchors": self.step_anchors,
-                "environment": self.environment,
+                "faults": self.faults, "environment": self.environment,
                 "sources": list(map(str, self.sources))}
 
     def save(self, path: str | Path) -> Path:
@@ -527,7 +561,7 @@ def load(path: str | Path) -> CostModel:
     return CostModel(params=obj["params"], table=pd.DataFrame(obj["table"]), stats=obj["stats"],
                      ranges=obj["ranges"], cpu_count=int(obj["cpu_count"]), transfer=obj["transfer"],
                      jitter=obj.get("jitter", []), step_anchors=obj.get("step_anchors", []),
-                     environment=obj.get("environment", {}),
+                     faults=obj.get("faults", {}), environment=obj.get("environment", {}),
                      sources=obj.get("sources", []))
 
 
@@ -903,18 +937,34 @@ def _jitter(steps: pd.DataFrame | None, limit: int = 2000, seed: int = 0) -> lis
     return [float(u) for u in unit]
 
 
-def step_anchors(p: dict, step_probe: pd.DataFrame | None) -> list[dict]:
+def step_anchors(p: dict, step_probe: pd.DataFrame | None, fault_s=None) -> list[dict]:
     """The step probe's shapes with ``log_residual``, log(measured / fitted step), the median over the
-    shape's ``n`` repeats (records for :attr:`CostModel.step_anchors`; empty without a probe)."""
+    shape's ``n`` repeats (records for :attr:`CostModel.step_anchors`; empty without a probe).
+    ``fault_s`` (seconds per probe row), when given, is the measured step's page faults: the residual
+    is then the fitted form's, of the step less them (version 14)."""
     if step_probe is None or not len(step_probe):
         return []
     pk = knob_frame(step_probe)
     fitted = step_time({"step_overhead_s": np.nan, **p}, columns(pk))
-    pk = pk.assign(log_residual=np.log(pk.batch_size.to_numpy(float)
-                                       / step_probe.device_resident_samples_per_s.to_numpy(float) / fitted))
+    measured = pk.batch_size.to_numpy(float) / step_probe.device_resident_samples_per_s.to_numpy(float)
+    if fault_s is not None:  # a fault cost above most of the step would be a mismeasured one: kept at 10%
+        measured = np.maximum(measured - np.asarray(fault_s, float), 0.1 * measured)
+    pk = pk.assign(log_residual=np.log(measured / fitted))
     g = pk.groupby(list(ANCHOR_CELL) + ["batch_size", "image_size"]).log_residual.agg(["median", "size"]).reset_index()
     return [{**{k: (str(r[k]) if k in ("model", "precision") else int(r[k])) for k in (*ANCHOR_CELL, "batch_size", "image_size")},
              "log_residual": float(r["median"]), "n": int(r["size"])} for _, r in g.iterrows()]
+
+
+def _by_cell(records: pd.DataFrame, kf: pd.DataFrame):
+    """Each cell (:data:`ANCHOR_CELL`) of ``records`` with ``kf``'s configurations in it (a mask),
+    for the cells that have any."""
+    cell = list(ANCHOR_CELL)
+    for key, c in records.groupby(cell):
+        rows = np.ones(len(kf), bool)
+        for k, v in zip(cell, key):
+            rows &= kf[k].astype(type(v)).to_numpy() == v
+        if rows.any():
+            yield c, rows
 
 
 def anchor_factor(anchors: list, kf: pd.DataFrame) -> np.ndarray:
@@ -957,15 +1007,8 @@ def anchor_factor(anchors: list, kf: pd.DataFrame) -> np.ndarray:
     if not anchors or not len(kf):
         return np.ones(len(kf))
     out = np.zeros(len(kf))
-    a = pd.DataFrame(anchors)
-    cell = list(ANCHOR_CELL)
     kb, ki = np.log2(kf.batch_size.to_numpy(float)), np.log2(kf.image_size.to_numpy(float))
-    for key, c in a.groupby(cell):
-        rows = np.ones(len(kf), bool)
-        for k, v in zip(cell, key):
-            rows &= kf[k].astype(type(v)).to_numpy() == v
-        if not rows.any():
-            continue
+    for c, rows in _by_cell(pd.DataFrame(anchors), kf):
         d2 = ((kb[rows, None] - np.log2(c.batch_size.to_numpy(float))[None, :]) ** 2
               + (ki[rows, None] - np.log2(c.image_size.to_numpy(float))[None, :]) ** 2)
         r = c.log_residual.to_numpy(float)
@@ -974,6 +1017,159 @@ def anchor_factor(anchors: list, kf: pd.DataFrame) -> np.ndarray:
         exact = d2 == 0  # a cell holds each shape once (step_anchors groups by it)
         out[rows] = np.where(exact.any(axis=1), (exact * r).sum(axis=1), smooth)
     return np.exp(out)
+
+
+def mmap_cap_of(meas: pd.DataFrame) -> int | None:
+    """The mmap threshold the rows' processes allocated the step's temporaries under, from their
+    ``malloc`` column (``experiments.heap``): glibc's own (``glibc default``, or rows from before the
+    column, which ran so) maps a block above 32 MiB afresh, its ``DEFAULT_MMAP_THRESHOLD_MAX`` on
+    64-bit, and ``MEMSIM_MALLOC=steady`` above 64 MiB; None off glibc or for rows of both modes.
+
+    >>> mmap_cap_of(pd.DataFrame({"malloc": ["glibc default"]})) >> 20, mmap_cap_of(pd.DataFrame({"x": [1]})) >> 20
+    (32, 32)
+    >>> mmap_cap_of(pd.DataFrame({"malloc": ["steady (mmap 64 MiB, trim 128 MiB)"]})) >> 20
+    64
+    >>> mmap_cap_of(pd.DataFrame({"malloc": ["default (not glibc)"]})) is None
+    True
+    """
+    from experiments.heap import MMAP_CAP, MMAP_THRESHOLD
+    modes = {str(v) for v in meas.get("malloc", pd.Series(dtype=object)).dropna()}
+    if not modes or modes == {"glibc default"}:
+        return MMAP_CAP
+    if all(m.startswith("steady") for m in modes):
+        return MMAP_THRESHOLD
+    return None
+
+
+def fault_pages(temp_bytes, cap: int | None) -> np.ndarray:
+    """Pages faulted in per step by temporaries of ``temp_bytes`` (XLA's memory analysis) under an
+    mmap threshold ``cap``: all of them above it (a fresh mapping on every step), none at or below
+    it (heap memory the process reuses) or where either is unknown.
+
+    Why: on the 2-core AMD EPYC (family 25, model 1) every quick-study shape whose temporaries
+    exceeded 32 MiB faulted ``temp_bytes / 4096`` pages a step in its runs (the bf16 MLP at 48×48
+    in two micro-batches: 35.39 MB, 8 643–8 647; the fp32 CNN at batch 64, 48×48: 40.79 MB, 9 960),
+    and every other shape at most a few hundred (``holdout/pair24``–``pair43``).
+
+    >>> fault_pages([35389508.0, 31264836.0, float("nan")], 32 << 20).tolist()
+    [8641.0, 0.0, 0.0]
+    """
+    t = np.asarray(temp_bytes, float)
+    if cap is None:
+        return np.zeros(t.shape)
+    return np.where(np.isfinite(t) & (t > cap), np.ceil(np.where(np.isfinite(t), t, 0.0) / PAGE_BYTES), 0.0)
+
+
+def _number(frame: pd.DataFrame, col: str) -> np.ndarray:
+    return (pd.to_numeric(frame[col], errors="coerce").to_numpy(float) if col in frame
+            else np.full(len(frame), np.nan))
+
+
+#: a row's counted faults per step below this are the few every shape has (at most a few hundred on
+#: the quick studies' shapes below the cap), part of the fitted form as they were before version 14
+FAULT_FLOOR = 1000
+
+
+def faults_measured(frame: pd.DataFrame, cap: int | None) -> np.ndarray:
+    """The pages each measured row faulted per step from temporaries mapped afresh: its own
+    ``resident_minor_faults_per_step`` where it counted :data:`FAULT_FLOOR` or more (a step probe
+    before 2026-11-27 measured some shapes above the cap with a block an earlier shape left in the
+    heap, and 0 to 4 323 faults: the step it measured held those; a probe before 2026-11-26 did not
+    record its temporaries, and its counts are all there is), the pages :func:`fault_pages` gives
+    where the row did not count them, and 0 otherwise."""
+    pages = fault_pages(_number(frame, "xla_temp_bytes"), cap)
+    counted = _number(frame, "resident_minor_faults_per_step")
+    if cap is None:
+        return np.zeros(len(frame))
+    return np.where(np.isfinite(counted), np.where(counted >= FAULT_FLOOR, counted, 0.0), pages)
+
+
+def fault_cost(step_probe: pd.DataFrame | None) -> tuple[float | None, str]:
+    """What a page fault costs inside the step, from the step probe's shapes above the mmap cap
+    (``fault_s_per_page``: the step with its temporaries mapped afresh less the step with them
+    reused from the heap, per page), the median over them; (None, why) without one."""
+    if step_probe is None or FAULT_COST not in step_probe:
+        return None, ("not measured: the step probe has no fault_s_per_page column (a study before "
+                      "2026-11-27); rerun 'python -m experiments components' beside the rows")
+    v = pd.to_numeric(step_probe[FAULT_COST], errors="coerce").to_numpy(float)
+    v = v[np.isfinite(v) & (v > 0)]
+    if not len(v):
+        return None, "not measured: no step-probe shape had temporaries above the mmap cap"
+    return float(np.median(v)), (f"the step probe's median over {len(v)} shape(s) above the mmap cap "
+                                 f"({1e6 * v.min():.2f}–{1e6 * v.max():.2f} µs a page)")
+
+
+def temp_records(*frames: pd.DataFrame | None) -> list[dict]:
+    """Each recorded shape's XLA temporaries (the median over rows), from measured rows or the step
+    probe's (records for ``CostModel.faults['temps']``)."""
+    parts = []
+    for fr in frames:
+        if fr is None or not len(fr) or "xla_temp_bytes" not in fr:
+            continue
+        t = _number(fr, "xla_temp_bytes")
+        ok = np.isfinite(t) & (t > 0)
+        if ok.any():
+            parts.append(knob_frame(fr[ok]).assign(xla_temp_bytes=t[ok]))
+    if not parts:
+        return []
+    keys = list(ANCHOR_CELL) + ["batch_size", "image_size"]
+    g = pd.concat(parts, ignore_index=True).groupby(keys).xla_temp_bytes.median().reset_index()
+    return [{**{k: (str(r[k]) if k in ("model", "precision") else int(r[k])) for k in keys},
+             "xla_temp_bytes": float(r["xla_temp_bytes"])} for _, r in g.iterrows()]
+
+
+def _temp_features(kf: pd.DataFrame) -> np.ndarray:
+    """A shape's temporaries' features: a constant, the micro-batch's image bytes (activations) and
+    the parameters (gradients, optimizer scratch)."""
+    micro = kf.batch_size.to_numpy(float) / kf.grad_accum_steps.to_numpy(float)
+    return np.stack([np.ones(len(kf)), micro * kf.pixels.to_numpy(float), kf.params.to_numpy(float)], axis=1)
+
+
+def estimate_temp_bytes(records: list, kf: pd.DataFrame) -> np.ndarray:
+    """XLA temporaries of each configuration from ``records`` (:func:`temp_records`): a recorded
+    shape its own; another, a cell (:data:`ANCHOR_CELL`) with :data:`TEMP_MIN_SHAPES` recorded shapes
+    or more, their non-negative least-squares fit on :func:`_temp_features`; NaN otherwise.
+
+    The temporaries are a compile-time quantity: a configuration's row gives its own
+    (``xla_temp_bytes``) and this is for one that does not (a grid). On the quick study's step probe
+    (``holdout/pair43``) the fp32 MLP's go with its first layer (2.7, 7.5, 15.3 MB at 16, 32, 48
+    pixels, batch 32 and 128 alike) and the CNN's with the micro-batch's pixels (2.4 to 81 MB).
+
+    >>> recs = [{"model": "mlp", "precision": "fp32", "grad_accum_steps": 1, "width": 8, "depth": 1,
+    ...          "batch_size": b, "image_size": 16, "xla_temp_bytes": 1000.0 + 10.0 * b * 768} for b in (8, 16, 32)]
+    >>> kf = knob_frame(pd.DataFrame({"model": ["mlp", "mlp", "cnn"], "width": [8] * 3, "depth": [1] * 3,
+    ...                               "batch_size": [16, 64, 64], "image_size": [16] * 3}))
+    >>> np.round(estimate_temp_bytes(recs, kf)).tolist()  # recorded, fitted, a cell without records
+    [123880.0, 492520.0, nan]
+    """
+    out = np.full(len(kf), np.nan)
+    if not records or not len(kf):
+        return out
+    from scipy.optimize import nnls
+    rec = knob_frame(pd.DataFrame(records)).assign(xla_temp_bytes=[r["xla_temp_bytes"] for r in records])
+    kfr = kf.reset_index(drop=True)
+    for c, rows in _by_cell(rec, kfr):
+        idx = np.flatnonzero(rows)
+        shape = pd.MultiIndex.from_arrays([c.batch_size.to_numpy(int), c.image_size.to_numpy(int)])
+        at = shape.get_indexer(pd.MultiIndex.from_arrays([kfr.batch_size.to_numpy(int)[idx],
+                                                          kfr.image_size.to_numpy(int)[idx]]))
+        if len(c) >= TEMP_MIN_SHAPES:
+            X = _temp_features(c)
+            scale = np.maximum(np.abs(X).max(axis=0), 1e-30)
+            coef, _ = nnls(X / scale, c.xla_temp_bytes.to_numpy(float))
+            out[idx] = (_temp_features(kfr.iloc[idx]) / scale) @ coef
+        out[idx[at >= 0]] = c.xla_temp_bytes.to_numpy(float)[at[at >= 0]]
+    return out
+
+
+def config_fault_pages(model: CostModel, configs: pd.DataFrame, kf: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per configuration: its XLA temporaries (its own ``xla_temp_bytes`` where ``configs`` give
+    them, else :func:`estimate_temp_bytes`), whether they were estimated, and the pages faulted per
+    step (:func:`fault_pages` under the model's mmap cap)."""
+    given = _number(configs.reset_index(drop=True), "xla_temp_bytes")
+    est = estimate_temp_bytes(model.faults.get("temps", []), kf) if not np.isfinite(given).all() else given
+    temp = np.where(np.isfinite(given), given, est)
+    return temp, ~np.isfinite(given) & np.isfinite(est), fault_pages(temp, model.faults.get("mmap_cap_bytes"))
 
 
 def _ranges(kf: pd.DataFrame) -> dict:
@@ -1324,10 +1520,23 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
         step_names += [spill_name(m, q) for m, q in cnn_cells] + ["spill_w0_cnn"]
     scols = columns(skf)
     step_fixed = {weight_pass_name(m, q): 0.0 for m, q in sorted(one_size)}
-    sv, sse, sres, sfree = _lsq(lambda p: np.log(step_time({"step_overhead_s": np.nan, **p}, scols) / s_meas),
+    # the step's page faults (version 14): each measured step holds its faults at the probe's
+    # measured cost per page, outside the form (fault_pages)
+    cap = mmap_cap_of(meas) if step_on_host else None
+    c_fault, c_note = fault_cost(sp) if cap is not None else (None, (
+        "the step ran on the accelerator: its temporaries are device memory" if not step_on_host
+        else "the rows' malloc is not glibc's (or mixes modes): no mmap cap to count faults by"))
+    s_fault = np.zeros(len(s_meas))
+    if c_fault is not None:
+        s_fault = c_fault * np.concatenate([faults_measured(meas, cap)] + ([faults_measured(sp, cap)] if sp is not None else []))
+    sv, sse, sres, sfree = _lsq(lambda p: np.log((step_time({"step_overhead_s": np.nan, **p}, scols) + s_fault) / s_meas),
                                 step_names, step_fixed, sparse=True)
     p = {**dict(zip(step_names, sv)), **step_fixed}
-    anchors = step_anchors(p, sp)  # the probe's shapes' residuals (version 13, anchor_factor)
+    # the probe's shapes' residuals (version 13, anchor_factor), of the step less its faults
+    anchors = step_anchors(p, sp, s_fault[n:] if c_fault is not None else None)
+    faults = {} if cap is None else {
+        "mmap_cap_bytes": int(cap), "page_bytes": PAGE_BYTES, "cost_source": c_note,
+        "temps": temp_records(meas, sp) if c_fault is not None else []}
     # what a cell the fit did not see takes: the geometric means of the fitted cells' (shown as fixed)
     derived = {"step_overhead_s": float(np.exp(np.mean(np.log([p[step_overhead_name(m, q)] for m, q in cells]))))}
     for fam in FAMILIES:
@@ -1498,9 +1707,15 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
         recs.append({"param": nm, "value": v, "stderr": math.nan, "lo": math.nan, "hi": math.nan, "fixed": True,
                      "note": "geometric mean of the fitted cells': for a cell without its own",
                      "description": DESCRIPTION.get(nm, _describe(nm))})
+    if c_fault is not None:
+        p[FAULT_COST] = c_fault
+        recs.append({"param": FAULT_COST, "value": c_fault, "stderr": math.nan, "lo": math.nan, "hi": math.nan,
+                     "fixed": True, "note": f"measured: {c_note}", "description": DESCRIPTION[FAULT_COST]})
     table = pd.DataFrame(recs)
-    T_fit = cycle(p, step_time(p, kf) * anchor_factor(anchors, kf), B * sample_time(p, kf), tr, nw, cores,
-                  step_on_host, family=fam)["T"]
+    S_fit = step_time(p, kf) * anchor_factor(anchors, kf)
+    if c_fault is not None:
+        S_fit = S_fit + c_fault * fault_pages(_number(meas, "xla_temp_bytes"), cap)
+    T_fit = cycle(p, S_fit, B * sample_time(p, kf), tr, nw, cores, step_on_host, family=fam)["T"]
     y, yhat = np.log(B / T_meas), np.log(B / T_fit)
     ss_tot = float(((y - y.mean()) ** 2).sum())
     stats = {"n_configs": n, "n_residuals": int(len(lres.fun) + len(sres.fun) + len(gres.fun) + len(wres.fun)),
@@ -1513,7 +1728,8 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
              "worker_rms_log_residual": float(np.sqrt(np.mean(wres.fun ** 2))) if len(wres.fun) else math.nan,
              "worker_probe_shapes": wp_used, "step_anchor_shapes": len(anchors),
              "step_anchor_median_abs_log_residual": (float(np.median(np.abs([a["log_residual"] for a in anchors])))
-                                                     if anchors else math.nan)}
+                                                     if anchors else math.nan),
+             "step_fault_term": c_note if c_fault is not None else f"absent: {c_note}"}
     env = {k: str(meas[k].iloc[0]) for k in ("platform", "device_kind", "cpu_model", "cpu_simd", "jax_version",
                                              "grain_version", "git_commit")
            if k in meas and pd.notna(meas[k].iloc[0])}
@@ -1524,7 +1740,8 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
     ranges["unmodelled"] = {k: sorted({int(v) for v in pd.to_numeric(meas[k], errors="coerce").dropna()})
                             for k in UNMODELLED_KNOBS if k in meas}
     return CostModel(params={k: float(v) for k, v in p.items()}, table=table, stats=stats, ranges=ranges,
-                     cpu_count=cores, transfer=transfer, jitter=_jitter(steps), step_anchors=anchors, environment=env,
+                     cpu_count=cores, transfer=transfer, jitter=_jitter(steps), step_anchors=anchors, faults=faults,
+                     environment=env,
                      sources=list(sources or []))
 
 
@@ -1647,13 +1864,17 @@ def components(model: CostModel, configs: pd.DataFrame, hierarchy: str | None = 
     a host whose cores run the same loader slower (> 1) or faster; :func:`analysis.costmodel.evaluate.host_stage_ratio`
     measures it from two hosts' stage probes. Flagged as extrapolation.
 
-    Columns: the knobs, ``step_s`` (S), ``step_given`` (S came from ``step_s``), ``step_contended_s``,
+    Columns: the knobs, ``step_s`` (S), ``step_given`` (S came from ``step_s``), ``xla_temp_bytes``
+    (the step's temporaries, ``xla_temp_estimated`` where :func:`estimate_temp_bytes` gave them),
+    ``fault_pages`` and ``fault_s`` (their page faults per step and what S holds of them, version 14),
+    ``step_contended_s``,
     ``loader_s_per_batch`` (L), ``stage_s_per_sample`` (the stamped stages' CPU per sample, as the
     rows stamp it), ``transfer_s``, ``overhead_s``, ``cycle_s`` (T), ``bound_samples_per_s`` (B / T),
     ``cpu_bound_s``, ``bottleneck``, ``extrapolated`` (reason or '').
     """
     kf = knob_frame(configs)
     p = model.params
+    temp, temp_est, pages = np.full(len(kf), np.nan), np.zeros(len(kf), bool), np.zeros(len(kf))
     cores = int(cpu_count or model.cpu_count)
     if cores < 1:
         raise CostModelError(f"cpu_count={cpu_count!r}: must be a positive number of host cores")
@@ -1685,6 +1906,9 @@ def components(model: CostModel, configs: pd.DataFrame, hierarchy: str | None = 
              * anchor_factor(model.step_anchors, kf))  # the step probe's shapes (version 13)
         # a model fitted on an accelerator's rows predicts that accelerator: the step off the host
         on_host = model.environment.get("platform", "cpu") == "cpu"
+        if FAULT_COST in p and on_host:  # and its temporaries' page faults (version 14)
+            temp, temp_est, pages = config_fault_pages(model, configs, kf)
+            S = S + p[FAULT_COST] * pages
     if step_s is not None:
         S = np.asarray(step_s, float).reshape(-1)
         if S.shape != (len(kf),) or not (np.isfinite(S) & (S > 0)).all():
@@ -1716,6 +1940,10 @@ def components(model: CostModel, configs: pd.DataFrame, hierarchy: str | None = 
     out = kf.reset_index(drop=True).copy()
     out["step_s"] = S
     out["step_given"] = step_s is not None  # S is the caller's measured step, not the step model's
+    out["xla_temp_bytes"] = temp
+    out["xla_temp_estimated"] = temp_est
+    out["fault_pages"] = pages
+    out["fault_s"] = 0.0 if step_s is not None else p.get(FAULT_COST, 0.0) * pages
     out["step_contended_s"] = parts["Sc"]
     out["loader_s_per_batch"] = L
     out["stage_s_per_sample"] = stage_time(p, kf)

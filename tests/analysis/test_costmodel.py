@@ -1,6 +1,7 @@
 """The cost model: its FLOP count pinned to XLA's, recovery of known parameters, held-out
 prediction, the model file and the command line."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -787,19 +788,26 @@ def test_the_step_fit_tells_the_weights_pass_from_the_flop_rate():
     assert weight_pass_name("mlp", "bf16") in model.table.param.tolist()
 
 
-def test_the_step_probe_anchors_the_step_where_the_fitted_form_cannot_follow_it(tmp_path):
-    """Steps that jump where the smooth form cannot (the fp32 MLP 35% slower at batch 128 and 48×48
-    images, 20% at batch 64): a probed shape's predicted step is the probe's own, an unprobed
-    neighbour's moves toward its truth by the kernel, a cell the probe never measured keeps the
-    fitted step, and the model file keeps the anchors."""
+def _shape_grid() -> pd.DataFrame:
+    """Every shape of the four cells at batch 32, 64, 128 and 16, 32, 48 pixels, as ok probe rows
+    (the step-time column left to the caller)."""
     import itertools
-    from analysis.costmodel.model import anchor_factor, step_time
     grid = pd.DataFrame([{"model": m, "precision": q, "grad_accum_steps": 1, "batch_size": b, "image_size": s}
                          for m, q, b, s in itertools.product(("mlp", "cnn"), ("fp32", "bf16"), (32, 64, 128),
                                                              (16, 32, 48))])
     grid["width"] = np.where(grid.model == "cnn", 16, 512)
     grid["depth"] = np.where(grid.model == "cnn", 3, 2)
     grid["status"] = "ok"
+    return grid
+
+
+def test_the_step_probe_anchors_the_step_where_the_fitted_form_cannot_follow_it(tmp_path):
+    """Steps that jump where the smooth form cannot (the fp32 MLP 35% slower at batch 128 and 48×48
+    images, 20% at batch 64): a probed shape's predicted step is the probe's own, an unprobed
+    neighbour's moves toward its truth by the kernel, a cell the probe never measured keeps the
+    fitted step, and the model file keeps the anchors."""
+    from analysis.costmodel.model import anchor_factor, step_time
+    grid = _shape_grid()
     mlp32 = (grid.model == "mlp") & (grid.precision == "fp32") & (grid.image_size == 48)
     jump = np.where(mlp32 & (grid.batch_size == 128), 1.35, np.where(mlp32 & (grid.batch_size == 64), 1.2, 1.0))
     true_S = step_time(TRUE, features.knob_frame(grid)) * jump
@@ -824,6 +832,71 @@ def test_the_step_probe_anchors_the_step_where_the_fitted_form_cannot_follow_it(
     again = costmodel.load(model.save(tmp_path / "m.json"))
     assert again.step_anchors == model.step_anchors
     assert np.array_equal(components(again, grid).step_s.to_numpy(), predicted)
+
+
+def _faulting_grid(cost: float = 2e-6):
+    """Every shape of the four cells at batch 32–128 and 16–48 pixels, with temporaries of 1 MB plus
+    50 bytes per pixel of the micro-batch (above the 32 MiB cap at batch 128 and 48×48 alone: 45 MB),
+    stepping in the fitted form's time plus ``cost`` per page faulted, as a run does."""
+    from analysis.costmodel.model import fault_pages, step_time
+    grid = _shape_grid()
+    grid["xla_temp_bytes"] = 1e6 + 50.0 * grid.batch_size * grid.image_size ** 2 * 3
+    pages = fault_pages(grid.xla_temp_bytes, 32 << 20)
+    grid["resident_minor_faults_per_step"] = pages + 3.0  # and a few a step that every shape has
+    grid["device_resident_samples_per_s"] = grid.batch_size / (step_time(TRUE, features.knob_frame(grid))
+                                                                + cost * pages)
+    grid["fault_s_per_page"] = np.where(pages > 0, cost, np.nan)
+    return grid, pages
+
+
+def test_the_steps_page_faults_are_added_at_the_probes_measured_cost(tmp_path):
+    """Version 14: a shape whose temporaries exceed the mmap cap pays the probe's measured cost per
+    page on top of the fitted form. Fitted with the faulting shapes (the form is fitted on their
+    steps less the faults), the fit is exact; a faulting shape nobody measured is predicted at its
+    truth when its row gives its temporaries, and from its cell's recorded ones when it does not,
+    where the form alone misses it by its faults' share. Without a measured cost, or with the step on
+    an accelerator, there is no term."""
+    from analysis.costmodel.model import FAULT_COST
+    grid, pages = _faulting_grid()
+    assert (pages > 0).sum() == 4  # batch 128 at 48×48, in each cell
+    unseen = ((grid.model == "mlp") & (grid.precision == "fp32") & (pages > 0)).to_numpy()
+    model = costmodel.fit(synthetic_rows(), step_probe=grid[~unseen])
+    assert model.params[FAULT_COST] == 2e-6
+    assert model.faults["mmap_cap_bytes"] == 32 << 20
+    row = model.table.set_index("param").loc[FAULT_COST]
+    assert row.fixed and "median over 3 shape(s)" in row.note
+    assert model.stats["step_rms_log_residual"] < 1e-4
+    true_S = grid.batch_size.to_numpy() / grid.device_resident_samples_per_s.to_numpy()
+    given = components(model, grid)
+    assert given.step_s.to_numpy() == pytest.approx(true_S, rel=1e-4)
+    assert given.fault_s[unseen].iloc[0] == pytest.approx(2e-6 * pages[unseen][0])
+    assert not given.xla_temp_estimated.any()
+    # the same grid as a user's, without the temporaries: the unseen shape's come from its cell's
+    # recorded ones (linear in the micro-batch's pixels here, so the estimate is exact)
+    estimated = components(model, grid.drop(columns="xla_temp_bytes"))
+    assert estimated.xla_temp_estimated[unseen].all()
+    assert estimated.step_s[unseen].iloc[0] == pytest.approx(true_S[unseen][0], rel=1e-4)
+    share = 2e-6 * pages[unseen][0] / true_S[unseen][0]
+    assert share > 0.4  # what a form without the term misses (42% here)
+    no_term = dataclasses.replace(model, params={k: v for k, v in model.params.items() if k != FAULT_COST})
+    assert components(no_term, grid).step_s[unseen].iloc[0] == pytest.approx(true_S[unseen][0] * (1 - share), rel=1e-3)
+    again = costmodel.load(model.save(tmp_path / "m.json"))
+    assert again.faults == model.faults and again.params[FAULT_COST] == 2e-6
+    # a probe from before the cost was measured: no term, and the stats say why
+    old = costmodel.fit(synthetic_rows(), step_probe=grid.drop(columns="fault_s_per_page"))
+    assert FAULT_COST not in old.params and old.stats["step_fault_term"].startswith("absent: not measured")
+    assert (components(old, grid).fault_s == 0).all()
+    # MEMSIM_MALLOC=steady rows: the cap is 64 MiB, and no shape here exceeds it
+    steady = costmodel.fit(synthetic_rows().assign(malloc="steady (mmap 64 MiB, trim 128 MiB)"),
+                           step_probe=grid)
+    assert steady.faults["mmap_cap_bytes"] == 64 << 20 and (components(steady, grid).fault_pages == 0).all()
+
+
+def test_an_accelerators_step_has_no_host_page_faults():
+    grid, _ = _faulting_grid()
+    model = costmodel.fit(synthetic_rows(platform="gpu").assign(platform="gpu"), step_probe=grid)
+    assert model.faults == {} and "fault_s_per_page" not in model.params
+    assert model.stats["step_fault_term"] == "absent: the step ran on the accelerator: its temporaries are device memory"
 
 
 def test_the_loader_probe_calibrates_what_the_runs_never_read():
