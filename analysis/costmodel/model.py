@@ -1061,6 +1061,7 @@ def fault_pages(temp_bytes, cap: int | None) -> np.ndarray:
 
 
 def _number(frame: pd.DataFrame, col: str) -> np.ndarray:
+    """``frame[col]`` as floats (NaN where it is not a number), all NaN where the column is absent."""
     return (pd.to_numeric(frame[col], errors="coerce").to_numpy(float) if col in frame
             else np.full(len(frame), np.nan))
 
@@ -1077,10 +1078,10 @@ def faults_measured(frame: pd.DataFrame, cap: int | None) -> np.ndarray:
     heap, and 0 to 4 323 faults: the step it measured held those; a probe before 2026-11-26 did not
     record its temporaries, and its counts are all there is), the pages :func:`fault_pages` gives
     where the row did not count them, and 0 otherwise."""
-    pages = fault_pages(_number(frame, "xla_temp_bytes"), cap)
-    counted = _number(frame, "resident_minor_faults_per_step")
     if cap is None:
         return np.zeros(len(frame))
+    pages = fault_pages(_number(frame, "xla_temp_bytes"), cap)
+    counted = _number(frame, "resident_minor_faults_per_step")
     return np.where(np.isfinite(counted), np.where(counted >= FAULT_FLOOR, counted, 0.0), pages)
 
 
@@ -1549,7 +1550,7 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
             derived[f"accum_loop_{fam}"] = float(np.exp(np.mean(np.log(own))))
     # 2. loader and contention, on samples/s (and uncontended stamped loader times)
     tr = transfer_time(transfer, kf)
-    stamped = meas.stamped_s_per_sample.to_numpy(float) if "stamped_s_per_sample" in meas else np.full(n, np.nan)
+    stamped = _number(meas, "stamped_s_per_sample")
     use_stamp = (nw == 0) & np.isfinite(stamped) & (stamped > 0)
     names = list(LOADER_PARAMS)
     fixed = {}
@@ -1580,8 +1581,7 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
     fam = kf.model.to_numpy()
     cols = columns(kf)
     # 2a. the stamped stages on their CPU-time stamps (uncontended: thread time), when the rows have them
-    cpu_st = (meas.cpu_stamped_s_per_sample.to_numpy(float) if "cpu_stamped_s_per_sample" in meas
-              else np.full(n, np.nan))
+    cpu_st = _number(meas, "cpu_stamped_s_per_sample")
     stage_recs = []
     if np.all(np.isfinite(cpu_st) & (cpu_st > 0)):
         stage_names = [k for k in STAGE_PARAMS if k not in fixed]
@@ -1619,8 +1619,7 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
             fixed[k] = 0.0
             notes[k] = "no CPU-time stamps in these rows: part of sample_base_s and pixel_s"
     # 2b. a worker process's CPU per sample on the rows' worker CPU, when every row with workers has it
-    wcpu = (meas.worker_cpu_s_per_sample.to_numpy(float) if "worker_cpu_s_per_sample" in meas
-            else np.full(n, np.nan))
+    wcpu = _number(meas, "worker_cpu_s_per_sample")
     has_w = nw >= 1
     worker_recs = []
     wres = SimpleNamespace(fun=np.zeros(0))
