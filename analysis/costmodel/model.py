@@ -58,6 +58,19 @@ or a knob, and ``C`` is the host's core count from the rows):
   38–44 ms in the runs, where the form and its neighbours' anchors gave 22–30 ms. Held out in
   cross-validation, with its probe shape dropped, it was the largest error of every version-13
   pair since the probe faulted as the runs do (``pair41``–``pair43``: +25%, +35%, +84%).
+
+  A shape with accumulation that the probe did not measure, whose twin without accumulation (the
+  same batch and image size) it did, is the twin's measured step times its cell's median ratio of
+  the two over the probe's measured twins (version 15, :func:`_twin_anchor`), where the faults are
+  apart from the anchors or there are none. Why: the form's cost of a second micro-batch is its
+  fixed cost and weights' pass again, and at the smallest shapes the steps do not pay it. The fp32
+  MLP at batch 32, 16×16, in two micro-batches, held out with its probe shape, was predicted a
+  median 1.31× its runs' device-resident step (0.98–1.62×) over ``pair43``–``pair49`` of
+  ``results/cpu-2core/holdout`` (the pairs whose probe measured the fault cost), while the probe's
+  own measurement of it was 1.08× (0.88–1.28×); on ``pair41`` the form put the two micro-batches at
+  1.50× the batch-32 step where the probe's twins measured 1.22–1.40×. With the twin: 1.15×
+  (0.74–1.46×), and cross-validation's largest error on ``pair43``–``pair45`` went from 31.9, 20.7
+  and 24.0% to 19.9, 17.3 and 17.2% (the other pairs' and every comparison's unchanged).
 - **loader CPU per sample** (uncontended): ``x = x₀ + x_px · px + g``, the stamped stages
   ``g = g₀ + g_px · px + a · (x_pass + x_aug · px) + r[source]`` (read, decode, normalise, crop,
   flip and augmentation: what the loader stamps with its thread's CPU time) and ``x₀ + x_px · px``
@@ -314,7 +327,7 @@ from analysis.costmodel.features import (CATEGORICAL_KNOBS, FAMILIES, NUMERIC_KN
                                          knob_frame)
 
 FORMAT = "memsim-costmodel"
-VERSION = 14  # 2: the augmentation pass's fixed part (augment_pass_base_s); 3: stage_base_s, stage_pixel_s;
+VERSION = 15  # 2: the augmentation pass's fixed part (augment_pass_base_s); 3: stage_base_s, stage_pixel_s;
 # 4: the worker process's own terms (worker_base_s, worker_batch_s, worker_pixel_s, worker_pass_s);
 # 5: the stage probe's terms (decode_pixel_s, stage_scale, stage_offset_s); 6: the step's cost per
 # parameter and micro-batch per cell (weight_pass_s_<family>_<precision>); 7: contention fitted on the
@@ -331,7 +344,9 @@ VERSION = 14  # 2: the augmentation pass's fixed part (augment_pass_base_s); 3: 
 # own offset of the stamped stages in the pipeline (stage_offset_arrayrecord_s); 13: the step anchored to
 # the step probe (step_anchors: each probed shape's log-residual, kernel-smoothed onto the others);
 # 14: the page faults of the step's temporaries above the mmap cap, at the step probe's measured cost per
-# page (fault_s_per_page, fixed; CostModel.faults), outside the fitted form and its anchoring
+# page (fault_s_per_page, fixed; CostModel.faults), outside the fitted form and its anchoring;
+# 15: a shape with accumulation the probe did not measure takes its twin without accumulation's
+# measured step times the cell's measured ratio (step_anchors record each shape's fitted_s)
 SOURCES = ("ram", "memmap", "arrayrecord")
 PRECISIONS = ("fp32", "bf16")
 REF_PIXELS = 32 * 32 * 3
@@ -485,7 +500,8 @@ class CostModel:
             ``page_bytes``, ``cost_source`` (where ``fault_s_per_page`` came from, or why the term
             is absent) and ``temps``, the XLA temporaries of each recorded shape (:data:`ANCHOR_CELL`,
             ``batch_size``, ``image_size``, ``xla_temp_bytes``), for configurations that do not give
-            their own (:func:`estimate_temp_bytes`).
+            their own (:func:`estimate_temp_bytes`), and ``twins`` (version 15: whether the anchors
+            hold no faults, so that a shape with accumulation may take its twin's, :func:`_twin_anchor`).
         environment: platform, device kind and versions of the rows it was fitted on.
         sources: the folders it was fitted on.
     """
@@ -949,10 +965,12 @@ def step_anchors(p: dict, step_probe: pd.DataFrame | None, fault_s=None) -> list
     measured = pk.batch_size.to_numpy(float) / step_probe.device_resident_samples_per_s.to_numpy(float)
     if fault_s is not None:  # a fault cost above most of the step would be a mismeasured one: kept at 10%
         measured = np.maximum(measured - np.asarray(fault_s, float), 0.1 * measured)
-    pk = pk.assign(log_residual=np.log(measured / fitted))
-    g = pk.groupby(list(ANCHOR_CELL) + ["batch_size", "image_size"]).log_residual.agg(["median", "size"]).reset_index()
+    pk = pk.assign(log_residual=np.log(measured / fitted), fitted_s=fitted)
+    g = pk.groupby(list(ANCHOR_CELL) + ["batch_size", "image_size"]).agg(
+        median=("log_residual", "median"), size=("log_residual", "size"), fitted_s=("fitted_s", "median")).reset_index()
     return [{**{k: (str(r[k]) if k in ("model", "precision") else int(r[k])) for k in (*ANCHOR_CELL, "batch_size", "image_size")},
-             "log_residual": float(r["median"]), "n": int(r["size"])} for _, r in g.iterrows()]
+             "log_residual": float(r["median"]), "n": int(r["size"]), "fitted_s": float(r["fitted_s"])}
+            for _, r in g.iterrows()]
 
 
 def _by_cell(records: pd.DataFrame, kf: pd.DataFrame):
@@ -967,8 +985,12 @@ def _by_cell(records: pd.DataFrame, kf: pd.DataFrame):
             yield c, rows
 
 
-def anchor_factor(anchors: list, kf: pd.DataFrame) -> np.ndarray:
+def anchor_factor(anchors: list, kf: pd.DataFrame, form: np.ndarray | None = None) -> np.ndarray:
     """The factor on the fitted step of each configuration from the step probe (version 13).
+
+    ``form`` (each configuration's fitted step), when given, lets a configuration with accumulation
+    whose own shape the probe did not measure take its twin without accumulation (version 15,
+    :func:`_twin_anchor`).
 
     A configuration whose shape the probe measured takes that shape's own residual: its step is the
     probe's. Another takes its cell's residuals (:data:`ANCHOR_CELL`) smoothed by a Gaussian kernel
@@ -1016,7 +1038,52 @@ def anchor_factor(anchors: list, kf: pd.DataFrame) -> np.ndarray:
         smooth = (w * r).sum(axis=1) / (w.sum(axis=1) + ANCHOR_PRIOR_WEIGHT)
         exact = d2 == 0  # a cell holds each shape once (step_anchors groups by it)
         out[rows] = np.where(exact.any(axis=1), (exact * r).sum(axis=1), smooth)
+    if form is not None:
+        out = _twin_anchor(anchors, kf, np.asarray(form, float), out)
     return np.exp(out)
+
+
+def _twin_anchor(anchors: list, kf: pd.DataFrame, form: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """Version 15: a configuration with accumulation whose own shape the probe did not measure, but
+    whose shape without accumulation it did (its twin), is the twin's measured step times its cell's
+    median ratio of the step with that accumulation to the step without, over the probe's twins;
+    ``out`` (log factors) is returned with those configurations' replaced.
+
+    >>> rec = lambda b, i, a, s: {"model": "mlp", "precision": "fp32", "grad_accum_steps": a, "width": 16,
+    ...                           "depth": 1, "batch_size": b, "image_size": i, "log_residual": 0.0,
+    ...                           "n": 1, "fitted_s": s}
+    >>> anchors = [rec(32, 16, 1, 2e-3), rec(32, 16, 2, 2.5e-3), rec(128, 16, 1, 4e-3), rec(128, 16, 2, 5.2e-3),
+    ...            rec(64, 32, 1, 6e-3)]
+    >>> kf = pd.DataFrame({"model": "mlp", "precision": "fp32", "width": 16, "depth": 1, "grad_accum_steps": 2,
+    ...                    "batch_size": [64, 256], "image_size": [32, 16]})
+    >>> form = np.array([9e-3, 9e-3])  # the fitted steps: the first is its twin's 6 ms × 1.275
+    >>> np.round(np.exp(_twin_anchor(anchors, kf, form, np.zeros(2))) * form * 1e3, 2).tolist()
+    [7.65, 9.0]
+    """
+    a = pd.DataFrame(anchors)
+    if "fitted_s" not in a or not len(kf):
+        return out
+    a = a.assign(meas=a.fitted_s * np.exp(a.log_residual))
+    shape = ["model", "precision", "width", "depth", "batch_size", "image_size"]
+    one = a[a.grad_accum_steps == 1].set_index(shape).meas
+    one = one[~one.index.duplicated()]
+    own = set(map(tuple, a[list(ANCHOR_CELL) + ["batch_size", "image_size"]].astype(str).to_numpy()))
+    out = out.copy()
+    for i, r in enumerate(kf.itertuples(index=False)):
+        acc = int(r.grad_accum_steps)
+        key = tuple(str(getattr(r, k)) for k in ANCHOR_CELL + ("batch_size", "image_size"))
+        if acc <= 1 or key in own:
+            continue
+        tw = (str(r.model), str(r.precision), int(r.width), int(r.depth), int(r.batch_size), int(r.image_size))
+        if tw not in one.index:
+            continue
+        pairs = a[(a.model == r.model) & (a.precision == r.precision) & (a.width == int(r.width))
+                  & (a.depth == int(r.depth)) & (a.grad_accum_steps == acc)]
+        ratios = [m / one[k] for k, m in zip(map(tuple, pairs[shape].to_numpy()), pairs.meas)
+                  if tuple(k) in one.index]
+        if ratios:
+            out[i] = np.log(one[tw] * float(np.median(ratios)) / form[i])
+    return out
 
 
 def mmap_cap_of(meas: pd.DataFrame) -> int | None:
@@ -1539,9 +1606,13 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
     p = {**dict(zip(step_names, sv)), **step_fixed}
     # the probe's shapes' residuals (version 13, anchor_factor), of the step less its faults
     anchors = step_anchors(p, sp, s_fault[n:] if c_fault is not None else None)
+    # version 15: a twin's measured step stands in for a shape with accumulation only where the
+    # anchors hold no faults: their cost is measured and taken out, or no probe shape was above the cap
+    temps_sp = _number(sp, "xla_temp_bytes") if sp is not None else np.zeros(0)
+    twins = c_fault is not None or bool(len(temps_sp) and np.all(np.isfinite(temps_sp) & (temps_sp <= (cap or 0))))
     faults = {} if cap is None else {
         "mmap_cap_bytes": int(cap), "page_bytes": PAGE_BYTES, "cost_source": c_note,
-        "temps": temp_records(meas, sp) if c_fault is not None else []}
+        "temps": temp_records(meas, sp) if c_fault is not None else [], "twins": twins}
     # what a cell the fit did not see takes: the geometric means of the fitted cells' (shown as fixed)
     derived = {"step_overhead_s": float(np.exp(np.mean(np.log([p[step_overhead_name(m, q)] for m, q in cells]))))}
     for fam in FAMILIES:
@@ -1715,7 +1786,8 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
         recs.append({"param": FAULT_COST, "value": c_fault, "stderr": math.nan, "lo": math.nan, "hi": math.nan,
                      "fixed": True, "note": f"measured: {c_note}", "description": DESCRIPTION[FAULT_COST]})
     table = pd.DataFrame(recs)
-    S_fit = step_time(p, kf) * anchor_factor(anchors, kf)
+    S_form = step_time(p, kf)
+    S_fit = S_form * anchor_factor(anchors, kf, S_form if (cap is None or twins) else None)
     if c_fault is not None:
         S_fit = S_fit + c_fault * fault_pages(_number(meas, "xla_temp_bytes"), cap)
     T_fit = cycle(p, S_fit, B * sample_time(p, kf), tr, nw, cores, step_on_host, family=fam)["T"]
@@ -1905,8 +1977,10 @@ def components(model: CostModel, configs: pd.DataFrame, hierarchy: str | None = 
         # stage_main_scale is kept as fitted: the calibrated rows' own (about 1 on the 2-core VM's
         # rows measured since the host sampler stopped holding the main process's interpreter lock)
     else:
-        S = (step_time(p, kf, _cell_terms(model, kf, flop_rate_name), _cell_terms(model, kf, weight_pass_name))
-             * anchor_factor(model.step_anchors, kf))  # the step probe's shapes (version 13)
+        S = step_time(p, kf, _cell_terms(model, kf, flop_rate_name), _cell_terms(model, kf, weight_pass_name))
+        # the step probe's shapes (version 13), and twins without accumulation where the anchors
+        # hold no page faults (version 15: faults["twins"])
+        S = S * anchor_factor(model.step_anchors, kf, S if (not model.faults or model.faults.get("twins")) else None)
         # a model fitted on an accelerator's rows predicts that accelerator: the step off the host
         on_host = model.environment.get("platform", "cpu") == "cpu"
         if FAULT_COST in p and on_host:  # and its temporaries' page faults (version 14)

@@ -1236,3 +1236,34 @@ def test_a_run_without_workers_held_by_the_host_cpu_says_so():
     assert bottleneck_name(parts, np.array([0]))[0] == "host CPU"
     parts = cycle(p, S, L, tr, np.array([0]), 4, family=np.array(["mlp"]))
     assert bottleneck_name(parts, np.array([0]))[0] == "loader (main process)"
+
+
+def test_a_shape_with_accumulation_takes_its_twin_without_it():
+    """Version 15: the probe measured every shape with and without two micro-batches, the second
+    micro-batch costing a quarter of the step where the form would put its fixed cost and weights'
+    pass again. A shape with accumulation the probe did not measure is predicted at its measured twin
+    without accumulation times the cell's measured ratio; where the anchors may hold page faults (a
+    glibc cap and no measured cost) it keeps the kernel's prediction."""
+    from analysis.costmodel.model import step_time
+    one = _shape_grid()
+    grid = pd.concat([one, one.assign(grad_accum_steps=2)], ignore_index=True)
+    S1 = step_time(TRUE, features.knob_frame(one))
+    true_S = np.concatenate([S1, 1.25 * S1])
+    grid["device_resident_samples_per_s"] = grid.batch_size / true_S
+    grid["xla_temp_bytes"] = 1e6  # below glibc's cap: no shape faults
+    unseen = ((grid.model == "mlp") & (grid.precision == "fp32") & (grid.batch_size == 64)
+              & (grid.image_size == 32) & (grid.grad_accum_steps == 2)).to_numpy()
+    model = costmodel.fit(synthetic_rows(), step_probe=grid[~unseen])
+    assert model.faults["twins"]
+    predicted = components(model, grid).step_s.to_numpy()
+    assert predicted[unseen][0] == pytest.approx(true_S[unseen][0], rel=1e-9)
+    assert predicted[~unseen] == pytest.approx(true_S[~unseen], rel=1e-9)
+    # without the probe's temporaries nothing says its anchors hold no faults: the fitted form and
+    # the kernel's smoothing of its cell's residuals (here 0.2% off), not the twin
+    from analysis.costmodel.model import anchor_factor
+    blind = costmodel.fit(synthetic_rows(), step_probe=grid[~unseen].drop(columns="xla_temp_bytes"))
+    assert not blind.faults["twins"]
+    kf = features.knob_frame(grid[unseen])
+    kernel = step_time(blind.params, kf) * anchor_factor(blind.step_anchors, kf)
+    assert components(blind, grid[unseen]).step_s.to_numpy() == pytest.approx(kernel, rel=1e-12)
+    assert abs(kernel[0] / true_S[unseen][0] - 1) > 1e-3
