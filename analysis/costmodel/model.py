@@ -1069,21 +1069,32 @@ def _twin_anchor(anchors: list, kf: pd.DataFrame, form: np.ndarray, out: np.ndar
     one = one[~one.index.duplicated()]
     own = set(map(tuple, a[list(ANCHOR_CELL) + ["batch_size", "image_size"]].astype(str).to_numpy()))
     out = out.copy()
+    ratio = {}  # the cell's median ratio per (model, precision, width, depth, accumulation), once each
+
+    def cell_ratio(cell: tuple, acc: int):
+        if (cell, acc) not in ratio:
+            m, q, w, d = cell
+            pairs = a[(a.model == m) & (a.precision == q) & (a.width == w) & (a.depth == d) & (a.grad_accum_steps == acc)]
+            rs = [v / one[k] for k, v in zip(map(tuple, pairs[shape].to_numpy()), pairs.meas) if tuple(k) in one.index]
+            ratio[(cell, acc)] = float(np.median(rs)) if rs else None
+        return ratio[(cell, acc)]
     for i, r in enumerate(kf.itertuples(index=False)):
         acc = int(r.grad_accum_steps)
-        key = tuple(str(getattr(r, k)) for k in ANCHOR_CELL + ("batch_size", "image_size"))
-        if acc <= 1 or key in own:
+        if acc <= 1 or tuple(str(getattr(r, k)) for k in ANCHOR_CELL + ("batch_size", "image_size")) in own:
             continue
-        tw = (str(r.model), str(r.precision), int(r.width), int(r.depth), int(r.batch_size), int(r.image_size))
-        if tw not in one.index:
+        cell = (str(r.model), str(r.precision), int(r.width), int(r.depth))
+        tw = cell + (int(r.batch_size), int(r.image_size))
+        if tw not in one.index or (rho := cell_ratio(cell, acc)) is None:
             continue
-        pairs = a[(a.model == r.model) & (a.precision == r.precision) & (a.width == int(r.width))
-                  & (a.depth == int(r.depth)) & (a.grad_accum_steps == acc)]
-        ratios = [m / one[k] for k, m in zip(map(tuple, pairs[shape].to_numpy()), pairs.meas)
-                  if tuple(k) in one.index]
-        if ratios:
-            out[i] = np.log(one[tw] * float(np.median(ratios)) / form[i])
+        out[i] = np.log(one[tw] * rho / form[i])
     return out
+
+
+def twins_apply(faults: dict) -> bool:
+    """Whether a model's anchors may stand in for their twins with accumulation (version 15): no
+    mmap cap (``faults`` empty: the step off the host, or not glibc's malloc) or anchors without
+    faults (``faults['twins']``)."""
+    return not faults or bool(faults.get("twins"))
 
 
 def mmap_cap_of(meas: pd.DataFrame) -> int | None:
@@ -1787,7 +1798,7 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
                      "fixed": True, "note": f"measured: {c_note}", "description": DESCRIPTION[FAULT_COST]})
     table = pd.DataFrame(recs)
     S_form = step_time(p, kf)
-    S_fit = S_form * anchor_factor(anchors, kf, S_form if (cap is None or twins) else None)
+    S_fit = S_form * anchor_factor(anchors, kf, S_form if twins_apply(faults) else None)
     if c_fault is not None:
         S_fit = S_fit + c_fault * fault_pages(_number(meas, "xla_temp_bytes"), cap)
     T_fit = cycle(p, S_fit, B * sample_time(p, kf), tr, nw, cores, step_on_host, family=fam)["T"]
@@ -1980,7 +1991,7 @@ def components(model: CostModel, configs: pd.DataFrame, hierarchy: str | None = 
         S = step_time(p, kf, _cell_terms(model, kf, flop_rate_name), _cell_terms(model, kf, weight_pass_name))
         # the step probe's shapes (version 13), and twins without accumulation where the anchors
         # hold no page faults (version 15: faults["twins"])
-        S = S * anchor_factor(model.step_anchors, kf, S if (not model.faults or model.faults.get("twins")) else None)
+        S = S * anchor_factor(model.step_anchors, kf, S if twins_apply(model.faults) else None)
         # a model fitted on an accelerator's rows predicts that accelerator: the step off the host
         on_host = model.environment.get("platform", "cpu") == "cpu"
         if FAULT_COST in p and on_host:  # and its temporaries' page faults (version 14)
