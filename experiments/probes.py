@@ -105,8 +105,9 @@ class ProbeConfig:
 
 
 def smoke() -> ProbeConfig:
-    """A few seconds: tiny sizes, for tests."""
-    return ProbeConfig(max_bytes=256 * KiB, repeats=2, warmup=1, matmul_sizes=(16, 32, 64),
+    """A few seconds: small sizes, for tests. 4 KiB … 4 MiB: up to 256 KiB a CPU's copies
+    (1–15 µs) sit inside their timer's jitter, and 2 of 40 d2h sweeps measured no slope."""
+    return ProbeConfig(max_bytes=4 * MiB, repeats=2, warmup=1, matmul_sizes=(16, 32, 64),
                        accelerator_matmul_sizes=(64, 128, 256))
 
 
@@ -361,6 +362,24 @@ def _placed(x, kind: str, what: str):
     return x
 
 
+def _unaliasable_ones(n: int) -> np.ndarray:
+    """``n`` bytes of ones whose address is 16 mod 64, so that ``jax.device_put`` on the CPU copies.
+
+    The CPU client zero-copies a numpy buffer aligned to 64 bytes and copies any other, whatever
+    ``may_alias`` says (jax 0.10.2). numpy's allocator returns either, from run to run (measured:
+    3 of 8 fresh 16 MiB arrays were 64-aligned); a sweep on an aligned buffer times ~40 µs at every
+    size, its α-β fit has no positive slope, and the link is "not fitted". Pinning the address
+    makes the probe measure what its note says, an allocation plus a copy, on every run.
+
+    Example:
+        >>> _unaliasable_ones(4096).ctypes.data % 64, _unaliasable_ones(4096).size
+        (16, 4096)
+    """
+    buf = np.ones(n + 64, dtype=np.uint8)
+    off = (16 - buf.ctypes.data) % 64
+    return buf[off:off + n]
+
+
 def _time_pageable_to_device(a: np.ndarray, dev) -> float:
     """Seconds for jax.device_put of pageable numpy memory onto ``dev``, synced."""
     import jax
@@ -447,7 +466,7 @@ def _device_probes(rec: _Recorder, cfg: ProbeConfig, sz: list[int]) -> None:
 
     dev = jax.devices()[0]
     platform = dev.platform
-    host = np.ones(sz[-1], dtype=np.uint8)
+    host = _unaliasable_ones(sz[-1]) if platform == "cpu" else np.ones(sz[-1], dtype=np.uint8)
     kinds = compat.memory_kinds(dev)
 
     if "h2d_pageable" in cfg.probes:
