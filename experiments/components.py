@@ -111,6 +111,9 @@ class ComponentConfig:
     warmup_steps: int = 2
     max_warmup_s: float = 0.5
     repeats: int = 1  # rounds of the step and loader probes
+    # the step probe's window per round (0: min_measure_s). Each shape is compiled once, in its first
+    # round; later rounds step the same executable (measure_step's cache), so a round costs its windows
+    step_measure_s: float = 0.0
     # rounds of the stage probe: each combination once per round, every round in its own shuffled
     # order; the cost model takes each combination's median. With one 0.3 s window per combination a
     # slow spell lands on a few of them: over the fourteen quick studies of the 2-core Intel Xeon in
@@ -133,6 +136,7 @@ class ComponentConfig:
         check(self.loader_batch_size >= 1, "loader_batch_size", self.loader_batch_size, "must be >= 1")
         check(self.stage_batch_size >= 1, "stage_batch_size", self.stage_batch_size, "must be >= 1")
         check(self.min_steps >= 2, "min_steps", self.min_steps, "must be >= 2")
+        check(self.step_measure_s >= 0, "step_measure_s", self.step_measure_s, "must be >= 0 (0: min_measure_s)")
         self.step_configs()  # every shape must be a valid run, before any work
         self.loader_configs()
 
@@ -151,7 +155,8 @@ class ComponentConfig:
         out = []
         for m, q, g, (b, s) in itertools.product(self.model, self.precision, self.grad_accum_steps, self.step_shapes):
             check(b % g == 0, "step_shapes", (b, s), f"batch_size {b} is not divisible by grad_accum_steps {g}")
-            out.append(self._train_config(model=m, precision=q, grad_accum_steps=g, batch_size=b, image_size=s))
+            win = {"min_measure_s": self.step_measure_s} if self.step_measure_s else {}
+            out.append(self._train_config(model=m, precision=q, grad_accum_steps=g, batch_size=b, image_size=s, **win))
         return out
 
     def stage_configs(self) -> list:
@@ -187,7 +192,7 @@ def _levels(cfg, k: str) -> tuple:
     return tuple(sorted(vals))
 
 
-def for_sweep(cfg, repeats: int = 1, loader: bool = True, stage: bool = True) -> ComponentConfig:
+def for_sweep(cfg, repeats: int = 3, loader: bool = True, stage: bool = True) -> ComponentConfig:
     """The component probes of a sweep (``experiments.sweep.SweepConfig``): its models and data, the
     levels of its grid and designed sample.
 
@@ -205,7 +210,17 @@ def for_sweep(cfg, repeats: int = 1, loader: bool = True, stage: bool = True) ->
     as the largest level count squared (9 of the 27 combinations for the quick sweep); with
     ``loader=False`` none (the study's choice: calibration does not use it by default, see
     ``analysis.costmodel.model.fit``). The stage probe takes every combination (27 for the quick
-    sweep, about 10 s on the 2-core CPU); ``stage=False`` leaves it out."""
+    sweep, about 10 s on the 2-core CPU); ``stage=False`` leaves it out.
+
+    The step probe measures each shape in ``repeats`` rounds (each in its own shuffled order) of a
+    window ``repeats`` times shorter than the probes' 0.3 s, the shape compiled once; calibration
+    takes each shape's median (``analysis.costmodel.model._step_probe_rows``). With one window a
+    shape, a slow spell landed on single shapes: on the 2-core AMD EPYC (family 25, model 17) on
+    2026-11-28, ``holdout/pair52``'s fp32 MLP at batch 32, 16×16 read 3.80 ms, twice the same shape
+    in two micro-batches, and cross-validation's worst prediction (−36%) came from it. Three rounds
+    of 0.1 s measured the quick study's 40 shapes in 103 s against 84 s for one round of 0.3 s (the
+    same machine, one after the other); their rounds differed by a median 1.28× (max / min) on that
+    busy machine (its numpy check at 30%)."""
     def levels(k):
         return _levels(cfg, k)
     bs, im = levels("batch_size"), levels("image_size")
@@ -220,6 +235,7 @@ def for_sweep(cfg, repeats: int = 1, loader: bool = True, stage: bool = True) ->
                            num_samples=cfg.num_samples, cache_dir=cfg.cache_dir, repeats=repeats,
                            # the probes' windows, or the sweep's where those are shorter (the smoke preset)
                            min_steps=max(2, min(3, cfg.min_steps)), min_measure_s=min(0.3, cfg.min_measure_s),
+                           step_measure_s=min(0.3, cfg.min_measure_s) / repeats,
                            warmup_steps=1, max_warmup_s=min(0.3, cfg.max_warmup_s))
 
 
@@ -271,13 +287,13 @@ PRESETS = {"smoke": smoke, "quick": quick}
 
 # ------------------------------------------------------------------------------------ measuring
 
-def measure_step(tc) -> dict:
-    """The step of ``tc`` alone: compiled, then stepped on one batch already on the device, with
-    ``tc``'s window rules (``experiments.train.measure_window``)."""
+def _compiled_step(tc) -> tuple:
+    """(step, batch, compile_s, cost analysis, temp bytes): ``tc``'s step compiled, and one batch on
+    the device."""
     import jax
     from experiments.feed import batch_sharding, put
     from experiments.models import make_model
-    from experiments.train import TrainStep, batch_specs, measure_window
+    from experiments.train import TrainStep, batch_specs
 
     sharding = batch_sharding(jax.devices()[:1])
     step = TrainStep(make_model(tc.model_config(), seed=tc.seed), tc)
@@ -296,6 +312,28 @@ def measure_step(tc) -> dict:
             "label": rng.integers(0, tc.num_classes, tc.batch_size).astype(np.int32)}
     batch = put(host, sharding)
     jax.block_until_ready(batch)
+    return step, batch, compile_s, cost, temp_bytes
+
+
+def measure_step(tc, cache: dict | None = None) -> dict:
+    """The step of ``tc`` alone: compiled, then stepped on one batch already on the device, with
+    ``tc``'s window rules (``experiments.train.measure_window``).
+
+    With ``cache`` (a dict the caller keeps), a shape compiled in an earlier round is stepped again
+    on the same executable and batch (``compile_reused``; ``compile_s`` is its first round's): the
+    step probe's later rounds cost their windows, not a compile each (compiling was 36 of the quick
+    study's 66 s of step probe on the 2-core AMD EPYC, one round)."""
+    import jax
+    from experiments.train import measure_window
+
+    key = tuple(sorted(to_flat_dict(tc).items()))
+    reused = cache is not None and key in cache
+    if reused:
+        step, batch, compile_s, cost, temp_bytes = cache[key]
+    else:
+        step, batch, compile_s, cost, temp_bytes = _compiled_step(tc)
+        if cache is not None:
+            cache[key] = (step, batch, compile_s, cost, temp_bytes)
     released = heap.release_free()  # a heap holding nothing earlier shapes freed, as a run's (experiments.heap)
     held = heap.hold_large_free()  # and no free block above the mmap cap (experiments.heap.hold_large_free)
     n_held = len(held)
@@ -331,7 +369,7 @@ def measure_step(tc) -> dict:
             "resident_cpu_cores": float(cpu.sum() / times.sum()),
             "device_resident_step_median_s": float(np.median(times)), "resident_steps_measured": len(times),
             "resident_measure_s": float(times.sum()), "resident_warmup_steps_run": w.warmup_steps,
-            "resident_warmup_steady": w.steady, "compile_s": compile_s,
+            "resident_warmup_steady": w.steady, "compile_s": compile_s, "compile_reused": reused,
             "resident_minor_faults_per_step": float(faults.mean()), "heap_released": released,
             "heap_blocks_held": n_held, "async_dispatch": _async_dispatch(),
             "xla_flops_per_step": float(cost.get("flops", np.nan)),
@@ -448,7 +486,9 @@ def _step_child(cfg: ComponentConfig, out: str, env: dict, progress: bool) -> in
     ``experiments.heap.hold_large_free`` can keep an earlier shape's free blocks from serving them."""
     import jax
     jax.config.update("jax_cpu_enable_async_dispatch", False)
-    return _probe("step", cfg.step_configs(), STEP_KEYS, measure_step, Path(out), cfg, env, progress)
+    cache: dict = {}  # each shape compiled once, stepped again in later rounds (measure_step)
+    return _probe("step", cfg.step_configs(), STEP_KEYS, lambda tc: measure_step(tc, cache), Path(out), cfg, env,
+                  progress)
 
 
 def run(cfg: ComponentConfig, out: str | Path, progress: bool = True) -> dict:

@@ -1444,6 +1444,33 @@ def _ok_image_rows(frame: pd.DataFrame | None, need: str, what: str) -> pd.DataF
     return f.reset_index(drop=True)
 
 
+def _step_probe_rows(frame: pd.DataFrame | None) -> pd.DataFrame | None:
+    """The step probe's ok rows of an image family, one row per shape (``config_id``) with each
+    numeric column's median over the shape's rounds (``experiments.components``' ``repeats``), in
+    the order the shapes first appear; None when there are none. One round per shape (the studies
+    measured before 2026-11-28) passes through unchanged.
+
+    Why: one window per shape put single shapes off by up to 2× on a busy machine (``pair52``'s
+    fp32 MLP at 32/16: 3.80 ms, where the same shape in two micro-batches read 1.85), and cross-
+    validation predicted from it (``results/cpu-2core/holdout/README.md``). A median over rounds,
+    each in its own shuffled order, leaves a slow spell on one round of a shape.
+
+    >>> r = pd.DataFrame({"config_id": ["a", "b", "a", "a", "b"], "status": "ok", "model": "mlp", "batch_size": 32,
+    ...                   "device_resident_samples_per_s": [1e4, 2e4, 5e3, 1.1e4, 2e4], "compile_reused": [0, 0, 1, 1, 1]})
+    >>> _step_probe_rows(r)[["config_id", "device_resident_samples_per_s"]].values.tolist()
+    [['a', 10000.0], ['b', 20000.0]]
+    """
+    f = _ok_image_rows(frame, "device_resident_samples_per_s", "step probe")
+    if f is None or "config_id" not in f or not f.config_id.duplicated().any():
+        return f
+    num = [c for c in f.columns if c != "config_id" and pd.api.types.is_numeric_dtype(f[c])
+           and not pd.api.types.is_bool_dtype(f[c])]
+    g = f.groupby("config_id", sort=False)
+    out = g.first()
+    out[num] = g[num].median()
+    return out.reset_index()[list(f.columns)]
+
+
 def _stage_probe_rows(frame: pd.DataFrame | None) -> pd.DataFrame | None:
     """The stage probe's ok rows with their stamped CPU per sample (``cpu_stamped_s_per_sample``:
     read + decode + augmentation), one row per (source, image size, augmentation cost) with the
@@ -1577,7 +1604,7 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
     nw = kf.num_workers.to_numpy()
     # 1. the step, on device-resident times
     skf, s_meas = kf, S_meas
-    sp = _ok_image_rows(step_probe, "device_resident_samples_per_s", "step probe")
+    sp = _step_probe_rows(step_probe)
     if sp is not None:
         pk = knob_frame(sp)
         skf = pd.concat([kf, pk], ignore_index=True)

@@ -834,6 +834,27 @@ def test_the_step_probe_anchors_the_step_where_the_fitted_form_cannot_follow_it(
     assert np.array_equal(components(again, grid).step_s.to_numpy(), predicted)
 
 
+def test_a_slow_spell_in_one_round_of_the_step_probe_does_not_move_the_step():
+    """Three rounds of the step probe, one with a shape at twice its step (pair52's fp32 MLP at
+    32/16): the fit takes each shape's median round, and predicts every shape as the spell-free
+    probe does, to the bit; the spell in a single round moves the shape's prediction."""
+    from analysis.costmodel.model import step_time
+    grid = _shape_grid()
+    grid["device_resident_samples_per_s"] = grid.batch_size / step_time(TRUE, features.knob_frame(grid))
+    grid["config_id"] = [f"s{i}" for i in range(len(grid))]
+    spell = grid.copy()
+    hit = ((spell.model == "mlp") & (spell.precision == "fp32") & (spell.batch_size == 32)
+           & (spell.image_size == 16)).to_numpy()
+    spell.loc[hit, "device_resident_samples_per_s"] /= 2
+    rounds = pd.concat([grid.assign(repeat=0), spell.assign(repeat=1), grid.assign(repeat=2)], ignore_index=True)
+    clean = costmodel.fit(synthetic_rows(), step_probe=grid)
+    model = costmodel.fit(synthetic_rows(), step_probe=rounds)
+    assert model.stats["step_anchor_shapes"] == len(grid)
+    assert np.array_equal(components(model, grid).step_s.to_numpy(), components(clean, grid).step_s.to_numpy())
+    one = costmodel.fit(synthetic_rows(), step_probe=spell)
+    assert components(one, grid).step_s.to_numpy()[hit][0] > 1.5 * components(clean, grid).step_s.to_numpy()[hit][0]
+
+
 def _faulting_grid(cost: float = 2e-6):
     """Every shape of the four cells at batch 32–128 and 16–48 pixels, with temporaries of 1 MB plus
     50 bytes per pixel of the micro-batch (above the 32 MiB cap at batch 128 and 48×48 alone: 45 MB),

@@ -81,6 +81,19 @@ def test_the_step_probe_compiles_the_shape_it_names(smoke_run):
     assert (res["step"].xla_temp_bytes > 0).all()
 
 
+def test_later_rounds_of_the_step_probe_step_the_first_rounds_compile(tmp_path):
+    cfg = dataclasses.replace(components.smoke(), repeats=2, step_measure_s=0.01, stage=False, loader=False,
+                              cache_dir=str(tmp_path / "cache"))
+    step = components.run(cfg, tmp_path, progress=False)["step"]
+    assert len(step) == 2 * len(cfg.step_configs()) == 8 and (step.status == "ok").all(), step.error.tolist()
+    for _, g in step.groupby("config_id"):
+        g = g.sort_values("repeat")
+        # compiled in round 0 (its compile time on both rows), stepped again in round 1
+        assert g.compile_reused.astype(bool).tolist() == [False, True] and g.compile_s.nunique() == 1
+        assert (g.device_resident_samples_per_s > 0).all()
+    assert (step.min_measure_s == 0.01).all()
+
+
 def test_a_resumed_run_skips_what_it_has(smoke_run):
     cfg, out, _ = smoke_run
     before = {k: len(results.read_csv_rows(out / f"{k}_probe" / "rows.csv")) for k in ("step", "stage", "loader")}
@@ -132,6 +145,10 @@ def test_the_study_probes_the_levels_its_sweep_samples(tmp_path):
     # each cell at the four corners of the (batch, image) levels and the middle; the loader at a balanced sample
     assert c.step_shapes == ((32, 16), (32, 48), (64, 32), (128, 16), (128, 48))
     assert len(c.step_configs()) == 2 * 2 * 2 * 5
+    # each shape in three rounds of a window a third of the stage probe's
+    assert c.repeats == 3 and c.step_measure_s == pytest.approx(c.min_measure_s / 3)
+    assert {t.min_measure_s for t in c.step_configs()} == {c.step_measure_s}
+    assert {t.min_measure_s for t in c.stage_configs()} == {c.min_measure_s}
     lo = [(t.source, t.image_size, t.augment_cost) for t in c.loader_configs()]
     assert len(lo) == 9 == len(set(lo))
     for i, levels in enumerate((q.sample_source, q.sample_image_size, q.sample_augment_cost)):

@@ -41,8 +41,9 @@ def test_study_writes_report_with_table_and_figures(tmp_path, data_cache):
     # the smoke sweep has no run with workers: the fit has no worker part, and the report does not claim the probe
     assert "## Predicted vs measured" in report and "The worker probe (`worker_probe/`" not in report
     assert meta["stage_s"]["sweep"] > 0
-    probe = load(d / "step_probe")  # the step probe of the smoke sweep's one step shape
-    assert len(probe) == 1 and (probe.status == "ok").all() and not (d / "loader_probe").exists()
+    probe = load(d / "step_probe")  # the step probe of the smoke sweep's one step shape, in three rounds
+    assert len(probe) == 3 and (probe.status == "ok").all() and not (d / "loader_probe").exists()
+    assert probe.config_id.nunique() == 1 and probe.compile_reused.astype(bool).tolist() == [False, True, True]
     assert "Preset `smoke`; 2 configurations × 2 repeats; measured sweep wall time" in report
     # the report is rebuilt from the folder alone, as the study wrote it
     (d / "report.md").unlink()
