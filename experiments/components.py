@@ -328,18 +328,17 @@ def measure_step(tc, cache: dict | None = None) -> dict:
     import jax
     from experiments.train import measure_window
 
-    key = tuple(sorted(to_flat_dict(tc).items()))
-    reused = cache is not None and key in cache
+    reused = cache is not None and tc in cache  # a TrainConfig is frozen: the shape is its key
     if reused:
-        step, batch, compile_s, cost, temp_bytes = cache[key]
+        step, batch, compile_s, cost, temp_bytes = cache[tc]
         # warmed up in its first round: two steps for the caches, not the runs' wait for a steady
-        # step time (10 steps or more; a quarter of a later round's 16 s on the 2-core AMD EPYC)
-        # (a microsecond's cap: the warm-up ends at its warmup_steps, the smallest cap the config takes)
+        # step time (10 steps or more; a quarter of a later round's 16 s on the 2-core AMD EPYC).
+        # A microsecond's cap ends the warm-up at warmup_steps (the config refuses a cap of 0).
         tc = dataclasses.replace(tc, warmup_steps=max(2, tc.warmup_steps), max_warmup_s=1e-6)
     else:
         step, batch, compile_s, cost, temp_bytes = _compiled_step(tc)
         if cache is not None:
-            cache[key] = (step, batch, compile_s, cost, temp_bytes)
+            cache[tc] = (step, batch, compile_s, cost, temp_bytes)
     released = heap.release_free()  # a heap holding nothing earlier shapes freed, as a run's (experiments.heap)
     held = heap.hold_large_free()  # and no free block above the mmap cap (experiments.heap.hold_large_free)
     n_held = len(held)
