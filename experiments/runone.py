@@ -4,14 +4,21 @@
 Reads DIR/config.json (a TrainConfig), runs it (``num_processes`` > 1: through
 ``experiments.distributed.launch``, which adds processes.csv), writes DIR/row.json, steps.csv and
 grain_stats.csv, or DIR/error.json with the error text; its stdout and stderr go to DIR/stdout.txt and stderr.txt.
-It dies with its parent (PR_SET_PDEATHSIG).
+It dies with its parent (PR_SET_PDEATHSIG). On ``STACKS_SIGNAL`` (SIGUSR1) a forked job writes every
+thread's stack to stderr.txt and goes on (``faulthandler``); the sweep asks for them before it kills a
+run that timed out.
 """
 
+import faulthandler
 import json
 import os
+import signal
 import sys
 import traceback
 from pathlib import Path
+
+#: what asks a run for its threads' stacks (``faulthandler``, into its stderr.txt)
+STACKS_SIGNAL = signal.SIGUSR1
 
 
 def _jsonable(o):
@@ -56,6 +63,9 @@ def job(directory: str, compile_cache: str | None = None, cores: tuple[int, ...]
     _own_resource_tracker()
     d = Path(directory)
     _redirect(d)
+    # the sweep sends this signal to a run that outlived its timeout, before it kills it: every
+    # thread's Python stack goes to stderr.txt, so that a hang says where it hung
+    faulthandler.register(STACKS_SIGNAL, all_threads=True)
     if main([directory], compile_cache):
         sys.exit(1)
 

@@ -175,6 +175,12 @@ def smoke() -> SweepConfig:
                        min_steps=2, min_measure_s=0.0, warmup_steps=1, max_warmup_s=0.2, image_size=(16,))
 
 
+#: the quick preset's limit on one run: its runs take 4-9 s on the 2-core CPU, compile included.
+#: One of about 3 000 quick runs there hung (2026-11-28, ``holdout/pair60``: two workers, ArrayRecord,
+#: feed none) and held the demo for the default's 600 s.
+QUICK_TIMEOUT_S = 120.0
+
+
 def quick() -> SweepConfig:
     """The demo's sweep: the workers × prefetch × feed grid (2 × 2 × 2 = 8; one worker, grain_device_put
     and the other knobs come from the designed sample of 9, in which every three-level knob takes
@@ -185,7 +191,7 @@ def quick() -> SweepConfig:
     28 runs on the 2-core CPU; a sample of 9 gives the calibration three more configurations, for
     about 25 s."""
     return SweepConfig(num_workers=(0, 2), feed=("none", "double_buffer"), sample_size=9, repeats=2, min_steps=5,
-                       min_measure_s=1.0, max_warmup_s=1.0, grain_stats=False)
+                       min_measure_s=1.0, max_warmup_s=1.0, grain_stats=False, config_timeout_s=QUICK_TIMEOUT_S)
 
 
 def full() -> SweepConfig:
@@ -265,8 +271,13 @@ class Runner:
         if stop is not None:
             stop()
 
-    def run(self, cfg: TrainConfig, timeout_s: float, cores: tuple[int, ...] | None = None) -> dict:
-        """Runs ``cfg`` in a child (on the CPUs ``cores`` only, if given); {'row', ...} or {'error'}."""
+    def run(self, cfg: TrainConfig, timeout_s: float, cores: tuple[int, ...] | None = None,
+            stacks_to: Path | None = None) -> dict:
+        """Runs ``cfg`` in a child (on the CPUs ``cores`` only, if given); {'row', ...} or {'error'}.
+
+        A child that outlives ``timeout_s`` is asked for its threads' stacks before it is killed: the
+        error says where its main thread was (:func:`stacks_summary`), and the file ``stacks_to``, if
+        given, receives every thread's stack."""
         from experiments import runone
         self._n += 1
         d = Path(self._tmp.name) / f"job{self._n}"
@@ -277,10 +288,18 @@ class Runner:
             p.start()
             p.join(timeout_s)
             if p.exitcode is None:
+                stacks = ask_stacks(p, d / "stderr.txt")
                 p.kill()
                 p.join()
                 shutil.rmtree(d, ignore_errors=True)  # with what a multi-process run's launcher left in it
-                return {"error": f"timed out after {timeout_s:.0f} s (config_timeout_s)"}
+                error = f"timed out after {timeout_s:.0f} s (config_timeout_s)"
+                if stacks:
+                    error += f"; {stacks_summary(stacks)}"
+                    if stacks_to is not None:
+                        stacks_to.parent.mkdir(parents=True, exist_ok=True)
+                        stacks_to.write_text(stacks + "\n")
+                        error += f"; every thread's stack: {stacks_to}"
+                return {"error": error}
         except BaseException:
             if p.exitcode is None and p.pid is not None:
                 p.kill()
@@ -290,6 +309,65 @@ class Runner:
             return collect(d, p.exitcode)
         finally:
             shutil.rmtree(d, ignore_errors=True)
+
+
+#: how long a run that timed out gets to write its stacks before it is killed (faulthandler writes
+#: them from its signal handler, in C, whatever its threads are doing: a few ms)
+STACKS_WAIT_S = 2.0
+
+
+def ask_stacks(p, stderr: Path, wait_s: float = STACKS_WAIT_S) -> str:
+    """Sends a live run ``p`` the signal that makes it write every thread's stack to ``stderr``
+    (``experiments.runone.STACKS_SIGNAL``) and returns what it wrote ('' if nothing came)."""
+    from experiments.runone import STACKS_SIGNAL
+    start = stderr.stat().st_size if stderr.exists() else 0
+    try:
+        os.kill(p.pid, STACKS_SIGNAL)
+    except (ProcessLookupError, TypeError):
+        return ""
+    deadline, size = time.monotonic() + wait_s, -1
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        now = stderr.stat().st_size if stderr.exists() else 0
+        if now > start and now == size:  # written, and no longer growing
+            break
+        size = now
+    if not stderr.exists():
+        return ""
+    with open(stderr, "rb") as f:
+        f.seek(start)
+        text = f.read().decode(errors="replace")
+    first = min((i for i in (text.find("Thread 0x"), text.find("Current thread 0x")) if i >= 0), default=0)
+    return text[first:].strip()
+
+
+def stacks_summary(stacks: str) -> str:
+    r"""One line from a ``faulthandler`` dump: the innermost frame of a run's main thread (the one
+    that entered ``experiments/runone.py``, else the first in the project's code), and that thread's
+    innermost frame of the project's own.
+
+    >>> dump = ('Thread 0x01 (most recent call first):\n  File "/x/threading.py", line 320 in wait\n\n'
+    ...         'Current thread 0x02 (most recent call first):\n  File "/x/grain/iterator.py", line 88 in __next__\n'
+    ...         '  File "/repo/experiments/train.py", line 412 in fed_loop\n'
+    ...         '  File "/repo/experiments/runone.py", line 80 in main\n')
+    >>> stacks_summary(dump)
+    'its main thread was in __next__ (grain/iterator.py:88), called from fed_loop (experiments/train.py:412)'
+    >>> stacks_summary('Thread 0x01 (most recent call first):\n  File "/x/threading.py", line 320 in wait\n')
+    "no thread was in the project's code"
+    """
+    import re
+
+    def name(f):
+        return f"{f[2]} ({'/'.join(f[0].split('/')[-2:])}:{f[1]})"
+    blocks = [re.findall(r'File "([^"]+)", line (\d+) in (\S+)', b) for b in re.split(r"\n\s*\n", stacks)]
+    # the main thread is the one that entered the run (runone), else the first in the project's code
+    blocks = sorted([b for b in blocks if any("/experiments/" in f[0] for f in b)],
+                    key=lambda b: not any(f[0].endswith("experiments/runone.py") for f in b))
+    if not blocks:
+        return "no thread was in the project's code"
+    frames = blocks[0]
+    own = next(f for f in frames if "/experiments/" in f[0])
+    return f"its main thread was in {name(frames[0])}" + (f", called from {name(own)}" if own != frames[0] else "")
 
 
 def collect(d: Path, rc: int) -> dict:
@@ -381,7 +459,8 @@ def run(cfg: SweepConfig, out_dir: Path, experiment: str = "sweep", progress: bo
     def work(job: runloop.Job) -> runloop.Outcome:
         t0 = time.perf_counter()
         tc = todo[job.payload]
-        out = runner.run(tc, cfg.config_timeout_s) if runner is not None else run_one_inline(tc)
+        stacks_to = out_dir / "failed" / f"{job.config_id}-r{job.repeat}-a{head(job)['attempt']}.stacks.txt"
+        out = runner.run(tc, cfg.config_timeout_s, stacks_to=stacks_to) if runner is not None else run_one_inline(tc)
         if "row" not in out:
             return runloop.Outcome(failed_row(job, out["error"], time.perf_counter() - t0))
         return runloop.Outcome({**head(job), **out["row"]},

@@ -103,6 +103,21 @@ def test_isolated_child_that_times_out_becomes_a_failed_row(tmp_path, data_cache
     assert rows.error.str.contains("timed out").all()
 
 
+def test_a_run_that_times_out_says_where_it_was_and_keeps_its_threads_stacks(tmp_path, data_cache):
+    # busy in a 60 s measured window when its 12 s run out: the sweep asks it for its stacks first
+    cfg = _smoke(data_cache, feed=("none",), min_measure_s=60.0, config_timeout_s=12)
+    rows = sweep.run(cfg, tmp_path, progress=False)
+    assert len(rows) == 1 and rows.status.iloc[0] == "failed"
+    error = rows.error.iloc[0]
+    assert error.startswith("timed out after 12 s (config_timeout_s); its main thread was in "), error
+    assert "(experiments/" in error, error  # a frame of the run's own code
+    stacks = sorted((tmp_path / "failed").glob("*.stacks.txt"))
+    assert [p.name for p in stacks] == [f"{rows.config_id.iloc[0]}-r0-a1.stacks.txt"]
+    assert str(stacks[0]) in error
+    text = stacks[0].read_text()
+    assert "(most recent call first)" in text and "experiments/runone.py" in text and "experiments/train.py" in text
+
+
 def test_a_multi_process_run_that_times_out_is_a_failed_row_and_leaves_nothing(tmp_path, data_cache, monkeypatch):
     # the sweep kills the run's child (the launcher) at the timeout: its ranks die with it, and the
     # folder they exchanged files through goes with the job's folder, not left in the temp folder
