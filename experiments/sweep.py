@@ -323,7 +323,7 @@ def ask_stacks(p, stderr: Path, wait_s: float = STACKS_WAIT_S) -> str:
     start = stderr.stat().st_size if stderr.exists() else 0
     try:
         os.kill(p.pid, STACKS_SIGNAL)
-    except (ProcessLookupError, TypeError):
+    except ProcessLookupError:  # it ended in the meantime
         return ""
     deadline, size = time.monotonic() + wait_s, -1
     while time.monotonic() < deadline:
@@ -459,11 +459,12 @@ def run(cfg: SweepConfig, out_dir: Path, experiment: str = "sweep", progress: bo
     def work(job: runloop.Job) -> runloop.Outcome:
         t0 = time.perf_counter()
         tc = todo[job.payload]
-        stacks_to = out_dir / "failed" / f"{job.config_id}-r{job.repeat}-a{head(job)['attempt']}.stacks.txt"
+        h = head(job)
+        stacks_to = out_dir / "failed" / f"{job.config_id}-r{job.repeat}-a{h['attempt']}.stacks.txt"
         out = runner.run(tc, cfg.config_timeout_s, stacks_to=stacks_to) if runner is not None else run_one_inline(tc)
         if "row" not in out:
             return runloop.Outcome(failed_row(job, out["error"], time.perf_counter() - t0))
-        return runloop.Outcome({**head(job), **out["row"]},
+        return runloop.Outcome({**h, **out["row"]},
                                {"steps": out.get("steps"), "grain_stats": out.get("grain_stats"),
                                 "processes": out.get("processes")})
 
