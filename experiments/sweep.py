@@ -16,6 +16,7 @@ import dataclasses
 import itertools
 import json
 import os
+import re
 import signal
 import shutil
 import sys
@@ -312,31 +313,50 @@ class Runner:
 
 
 #: how long a run that timed out gets to write its stacks before it is killed (faulthandler writes
-#: them from its signal handler, in C, whatever its threads are doing: a few ms)
-STACKS_WAIT_S = 2.0
+#: them from its signal handler, in C, whatever its threads are doing: a few ms on a quiet machine)
+STACKS_WAIT_S = 10.0
+#: a dump counts as finished once stderr has not grown for this long and ends in a whole frame line.
+#: One 50 ms poll without growth was not enough: on a loaded 2-core machine the writing thread was
+#: preempted mid-dump and the sweep kept a dump cut after "  File" (CI, stop 48).
+STACKS_QUIET_S = 0.5
+_FRAME_LINE = re.compile(r'  (File ".*", line (\d+|\?\?\?) in .+|<no Python frame>|\.\.\.)')
 
 
-def ask_stacks(p, stderr: Path, wait_s: float = STACKS_WAIT_S) -> str:
+def _dump_ends_whole(text: str) -> bool:
+    """Whether a faulthandler dump ends after a whole frame line (not mid-line, not after a header)."""
+    lines = text.split("\n")
+    return text.endswith("\n") and len(lines) > 1 and _FRAME_LINE.fullmatch(lines[-2]) is not None
+
+
+def ask_stacks(p, stderr: Path, wait_s: float = STACKS_WAIT_S, quiet_s: float = STACKS_QUIET_S) -> str:
     """Sends a live run ``p`` the signal that makes it write every thread's stack to ``stderr``
-    (``experiments.runone.STACKS_SIGNAL``) and returns what it wrote ('' if nothing came)."""
+    (``experiments.runone.STACKS_SIGNAL``) and returns what it wrote ('' if nothing came).
+
+    Waits until the dump has stopped growing for ``quiet_s`` and ends in a whole frame line, or
+    ``wait_s`` at most (then returns what there is)."""
     from experiments.runone import STACKS_SIGNAL
     start = stderr.stat().st_size if stderr.exists() else 0
     try:
         os.kill(p.pid, STACKS_SIGNAL)
     except ProcessLookupError:  # it ended in the meantime
         return ""
-    deadline, size = time.monotonic() + wait_s, -1
+
+    def read() -> str:
+        if not stderr.exists():
+            return ""
+        with open(stderr, "rb") as f:
+            f.seek(start)
+            return f.read().decode(errors="replace")
+
+    deadline, size, since = time.monotonic() + wait_s, -1, time.monotonic()
     while time.monotonic() < deadline:
         time.sleep(0.05)
         now = stderr.stat().st_size if stderr.exists() else 0
-        if now > start and now == size:  # written, and no longer growing
+        if now != size:
+            size, since = now, time.monotonic()
+        elif now > start and time.monotonic() - since >= quiet_s and _dump_ends_whole(read()):
             break
-        size = now
-    if not stderr.exists():
-        return ""
-    with open(stderr, "rb") as f:
-        f.seek(start)
-        text = f.read().decode(errors="replace")
+    text = read()
     first = min((i for i in (text.find("Thread 0x"), text.find("Current thread 0x")) if i >= 0), default=0)
     return text[first:].strip()
 
@@ -355,7 +375,6 @@ def stacks_summary(stacks: str) -> str:
     >>> stacks_summary('Thread 0x01 (most recent call first):\n  File "/x/threading.py", line 320 in wait\n')
     "no thread was in the project's code"
     """
-    import re
 
     def name(f):
         return f"{f[2]} ({'/'.join(f[0].split('/')[-2:])}:{f[1]})"

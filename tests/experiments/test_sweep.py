@@ -118,6 +118,49 @@ def test_a_run_that_times_out_says_where_it_was_and_keeps_its_threads_stacks(tmp
     assert "(most recent call first)" in text and "experiments/runone.py" in text and "experiments/train.py" in text
 
 
+_SLOW_DUMPER = r"""
+import os, signal, sys, time
+def dump(*_):  # a dump whose writer is preempted mid-line for 0.3 s, as on a loaded 2-core machine
+    with open(sys.argv[1], "a") as f:
+        f.write('Thread 0x01 (most recent call first):\n  File "/x/threading.py", line 320 in wait\n  File'); f.flush()
+        time.sleep(0.3)
+        f.write(' "/repo/experiments/runone.py", line 80 in main\n'); f.flush()
+signal.signal(signal.SIGUSR1, dump)
+open(sys.argv[1] + ".ready", "w").close()
+while True:
+    time.sleep(0.01)
+"""
+
+
+def test_asking_for_stacks_waits_out_a_writer_preempted_mid_dump(tmp_path):
+    # the sweep must not keep a dump cut after "  File" because one poll saw the file stand still
+    err = tmp_path / "stderr.txt"
+    err.write_text("earlier output\n")
+    child = subprocess.Popen([sys.executable, "-c", _SLOW_DUMPER, str(err)])
+    try:
+        deadline = time.monotonic() + 30
+        while not Path(str(err) + ".ready").exists():
+            assert time.monotonic() < deadline and child.poll() is None, "the dumping child did not start"
+            time.sleep(0.02)
+        text = sweep.ask_stacks(child, err)
+    finally:
+        child.kill()
+        child.wait()
+    assert text.startswith("Thread 0x01") and text.endswith('"/repo/experiments/runone.py", line 80 in main'), text
+    assert "earlier output" not in text
+
+
+@pytest.mark.parametrize("text, whole", [
+    ('Thread 0x01 (most recent call first):\n  File "/x/a.py", line 3 in f\n', True),
+    ('Thread 0x01 (most recent call first):\n  <no Python frame>\n', True),
+    ('Thread 0x01 (most recent call first):\n  File "/x/a.py", line 3 in f\n  File', False),
+    ('Thread 0x01 (most recent call first):\n  File "/x/a.py", line 3 in f', False),
+    ('Thread 0x01 (most recent call first):\n', False),
+])
+def test_a_dump_is_whole_only_after_a_whole_frame_line(text, whole):
+    assert sweep._dump_ends_whole(text) is whole
+
+
 def test_a_multi_process_run_that_times_out_is_a_failed_row_and_leaves_nothing(tmp_path, data_cache, monkeypatch):
     # the sweep kills the run's child (the launcher) at the timeout: its ranks die with it, and the
     # folder they exchanged files through goes with the job's folder, not left in the temp folder
