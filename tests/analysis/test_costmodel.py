@@ -1288,3 +1288,24 @@ def test_a_shape_with_accumulation_takes_its_twin_without_it():
     kernel = step_time(blind.params, kf) * anchor_factor(blind.step_anchors, kf)
     assert components(blind, grid[unseen]).step_s.to_numpy() == pytest.approx(kernel, rel=1e-12)
     assert abs(kernel[0] / true_S[unseen][0] - 1) > 1e-3
+
+
+def test_a_probed_shape_far_from_its_cells_others_is_its_own_and_does_not_move_its_neighbours():
+    """The bf16 MLP in two micro-batches on the Intel Xeon of ``holdout/pair84``: the probe's 64/32
+    shape stepped 2.5× the fitted form (log residual +0.91) where the cell's other shapes sat 14–26%
+    below it. That shape is predicted at its own step; its unprobed neighbour at 64/48 takes the
+    kernel over the other shapes only (version 16), where spreading the anomaly put it 1.34× the form."""
+    from analysis.costmodel.model import ANCHOR_LOCAL_LOG, anchor_factor
+    cell = {"model": "mlp", "precision": "bf16", "grad_accum_steps": 2, "width": 512, "depth": 2, "n": 1}
+    shapes = [(32, 16, -0.300), (32, 48, -0.155), (64, 32, 0.912), (128, 16, -0.244), (128, 48, -0.202)]
+    anchors = [{**cell, "batch_size": b, "image_size": i, "log_residual": r} for b, i, r in shapes]
+    kf = pd.DataFrame([{**cell, "batch_size": b, "image_size": i} for b, i in ((64, 32), (64, 48))]).drop(columns="n")
+    own, neighbour = np.log(anchor_factor(anchors, kf))
+    assert own == pytest.approx(0.912)
+    others = [a for a in anchors if a["image_size"] != 32]
+    assert neighbour == pytest.approx(np.log(anchor_factor(others, kf[1:]))[0])
+    assert neighbour < 0  # where spreading the anomaly put it at +0.29 (the form × 1.34)
+    # within log 2 of the cell's median a shape still spreads: the neighbour moves with it
+    near = [{**a, "log_residual": a["log_residual"] if a["image_size"] != 32 else -0.202 + 0.9 * ANCHOR_LOCAL_LOG}
+            for a in anchors]
+    assert np.log(anchor_factor(near, kf[1:]))[0] > neighbour + 0.1
