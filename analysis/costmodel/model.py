@@ -77,15 +77,15 @@ or a knob, and ``C`` is the host's core count from the rows):
   kernel to its neighbours. Why: on the 2-core Intel Xeon of model 167 the bf16 MLP at batch 64,
   32×32, in two micro-batches stepped 28.7–31.4 ms in every round of six studies (``holdout/pair79``–
   ``pair84``), 2.4–2.5× the fitted form (log residual +0.88 to +0.92) where its cell's four other
-  shapes sat 14–26% below the form and the same shape on the AMD EPYC stepped 13.8–23.4 ms. Spread by
-  the kernel it put the second sweep's bf16 MLP at 64/48 in two micro-batches at 1.30–1.34× the
-  form: 40–45 ms of step predicted, 25–30 measured, each of the six comparisons' largest error
-  (24.9–32.9%). Over the 84 pairs of ``results/cpu-2core/holdout`` refitted (``costmodel holdout``),
+  shapes sat 14–28% below the form (on the AMD EPYC of model 17 the same shape stepped 13.8–23.4 ms,
+  +0.21 to +0.52). Spread by the kernel it put the second sweep's bf16 MLP at 64/48 in two
+  micro-batches at 1.30–1.34× the form: 40–45 ms of step predicted, 25–30 measured, each of the six
+  comparisons' largest error (24.9–32.9%). Over the 84 pairs of ``results/cpu-2core/holdout`` refitted (``costmodel holdout``),
   log 2 moved those six comparisons' largest errors to 11.8, 17.3, 18.0, 14.9, 12.7 and 15.0% and
   nothing else by half a point (the pairs meeting the comparison's goal 12 → 14, cross-validation
   unchanged); over 1000 anchors of the 25 version-15 pairs the residual's distance from its cell's
   median had a 99th percentile of 0.41 and a largest 1.15, the six Xeon shapes the only ones above
-  0.68. A tighter log 1.5 also cut the AMD's 64/32 shape (+0.3 to +0.5 in most pairs) and raised
+  0.68. A tighter log 1.5 also cut the AMD's 64/32 shape in many pairs and raised
   cross-validation's largest error on 9 pairs (``pair9`` 15.3 → 22.3%, ``pair35`` 52.4 → 66.5%).
 - **loader CPU per sample** (uncontended): ``x = x₀ + x_px · px + g``, the stamped stages
   ``g = g₀ + g_px · px + a · (x_pass + x_aug · px) + r[source]`` (read, decode, normalise, crop,
