@@ -936,9 +936,11 @@ def test_the_loader_probe_calibrates_what_the_runs_never_read():
         costmodel.fit(rows, loader_probe=bad)
 
 
-def test_cross_validation_holds_the_held_out_shapes_out_of_the_probes(monkeypatch):
-    """A held-out configuration's own step and loader shapes never reach the fit that predicts it;
-    under leave-one-knob-value-out no probe row with the held-out value does."""
+def test_cross_validation_keeps_the_probes_or_holds_the_held_out_shapes_out_of_them(monkeypatch):
+    """By default a held-out configuration's own step and loader shapes never reach the fit that
+    predicts it; with ``hold_out_probes=False`` a fold holds out its configurations' runs and keeps the
+    probes, which a study measures over the knobs' levels whichever configurations it runs; under
+    leave-one-knob-value-out no probe row with the held-out value reaches it, either way."""
     from analysis.costmodel import evaluate
     rows = synthetic_rows(seed=3)
     sp, lp = synthetic_probes()
@@ -959,6 +961,14 @@ def test_cross_validation_holds_the_held_out_shapes_out_of_the_probes(monkeypatc
         seen_wp.append(kw["worker_probe"])
         return real_fit(train, probes, steps, step_probe, **kw)
     monkeypatch.setattr(evaluate, "fit", spy)
+    kept = costmodel.cross_validate(rows, kind="kfold", folds=4, step_probe=sp, loader_probe=lp, worker_probe=wp,
+                                    hold_out_probes=False)
+    assert len(seen) == 4 and len(kept) == rows.config_id.nunique()
+    for (train_ids, fold_sp, fold_lp), fold_wp in zip(seen, seen_wp):
+        assert len(train_ids) < len(own)  # the fold's runs are held out, its probes are not
+        pd.testing.assert_frame_equal(fold_sp, sp), pd.testing.assert_frame_equal(fold_lp, lp)
+        pd.testing.assert_frame_equal(fold_wp, wp)
+    seen.clear(), seen_wp.clear()
     cmp = costmodel.cross_validate(rows, kind="kfold", folds=4, step_probe=sp, loader_probe=lp, worker_probe=wp)
     assert len(seen) == 4 and len(cmp) == rows.config_id.nunique()
     step_key = ["model", "precision", "grad_accum_steps", "batch_size", "image_size"]
@@ -970,11 +980,20 @@ def test_cross_validation_holds_the_held_out_shapes_out_of_the_probes(monkeypatc
         lk = ["source", "image_size", "augment_cost"]
         assert not set(map(tuple, held[lk].astype(str).values)) & set(map(tuple, fold_lp[lk].astype(str).values))
         assert not set(map(tuple, held[wk].astype(str).values)) & set(map(tuple, fold_wp[wk].astype(str).values))
-    seen.clear()
-    costmodel.cross_validate(rows, kind="lokvo", knobs=("image_size",), step_probe=sp, loader_probe=lp)
-    for train_ids, fold_sp, fold_lp in seen:
-        held_vals = set(own[~own.config_id.isin(train_ids)].image_size)
-        assert not held_vals & set(fold_sp.image_size) and not held_vals & set(fold_lp.image_size)
+    for strict in (False, True):
+        seen.clear()
+        costmodel.cross_validate(rows, kind="lokvo", knobs=("image_size",), step_probe=sp, loader_probe=lp,
+                                 hold_out_probes=strict)
+        assert len(seen) == rows.image_size.nunique()
+        for train_ids, fold_sp, fold_lp in seen:
+            held_vals = set(own[~own.config_id.isin(train_ids)].image_size)
+            assert not held_vals & set(fold_sp.image_size) and not held_vals & set(fold_lp.image_size)
+            assert len(fold_sp) == (~sp.image_size.isin(held_vals)).sum()  # and every other image size's
+        # a knob no probe measures (the workers) takes no probe row out, unless the shapes are held out
+        seen.clear()
+        costmodel.cross_validate(rows, kind="lokvo", knobs=("num_workers",), step_probe=sp, loader_probe=lp,
+                                 hold_out_probes=strict)
+        assert seen and all((len(fold_sp) < len(sp)) == strict for _, fold_sp, _ in seen)
 
 
 def test_a_measured_step_replaces_the_step_model():

@@ -42,13 +42,15 @@ def test_each_pair_gets_what_cv_and_compare_wrote_for_it(two_pairs):
     rows = table.set_index("pair")
     # the committed files are `costmodel cv --json` and `costmodel compare MODEL.json --json` (the model
     # written to JSON and read back): the same numbers, by another path
-    for pair, check, short in (("pair37", "cv", "cv"), ("pair37", "compare", "cmp"), ("pair13", "compare", "cmp")):
+    for pair, check, short in (("pair37", "cv", "cv"), ("pair37", "cv_kept", "cvk"), ("pair37", "compare", "cmp"),
+                               ("pair13", "compare", "cmp")):
         want = _committed(pair, check)
         for k in KEYS:
             assert rows.loc[pair, f"{short}_{k}"] == pytest.approx(want[k], rel=1e-9, abs=1e-12), (pair, check, k)
         met = (want["median_abs_rel_error"] <= 0.05 and want["max_abs_rel_error"] <= 0.15
                and want["kendall_tau"] >= 0.8)
         assert bool(rows.loc[pair, f"{short}_meets"]) == met, (pair, check)
+    assert _committed("pair37", "cv_kept")["probes"] == "kept"  # written by `cv --keep_probes --json`
     assert rows.loc["pair37", "cmp_median_work_spread"] == pytest.approx(_committed("pair37", "compare")["median_work_spread"])
     # pair37 (AMD EPYC) misses both checks; pair13 (Intel Xeon) meets the comparison
     assert not rows.loc["pair37", "both_meet"] and rows.loc["pair13", "cmp_meets"]
@@ -58,9 +60,12 @@ def test_each_pair_gets_what_cv_and_compare_wrote_for_it(two_pairs):
     assert s["n_pairs"] == 2 and s["n_meeting_both"] == int(table.both_meet.sum())
     assert s["pairs_meeting_both"] == table.pair[table.both_meet].tolist()
     assert s["median_cv"]["max_abs_rel_error"] == pytest.approx(table.cv_max_abs_rel_error.median())
+    assert s["median_cv_kept"]["max_abs_rel_error"] == pytest.approx(table.cvk_max_abs_rel_error.median())
+    assert s["n_meeting_both_kept"] == int((table.cvk_meets & table.cmp_meets).sum())
     assert s["goal"] == ho.GOAL
     lines = out.splitlines()
     assert any(ln.split()[:1] == ["pair37"] for ln in lines) and "met by both checks" in out
+    assert "with cv_kept (cv --keep_probes) for cv" in out
 
 
 def test_one_process_gives_the_workers_rows(two_pairs):
