@@ -251,7 +251,7 @@ def _goal(text: str) -> dict:
 
 
 def cmd_holdout(args) -> int:
-    from analysis.costmodel.holdout import GOAL, find_pairs, format_table, holdout, medians
+    from analysis.costmodel.holdout import CHECKS, GOAL, find_pairs, format_table, holdout, medians
     goal = _goal(args.goal) if args.goal else dict(GOAL)
     if args.jobs < 1:
         raise CostModelError(f"--jobs {args.jobs}: give a positive number of worker processes")
@@ -263,7 +263,7 @@ def cmd_holdout(args) -> int:
         table.to_csv(args.out, index=False)
     print(format_table(table))
     m = medians(table)
-    for check in ("cv", "cv_kept", "compare"):
+    for check, _ in CHECKS:
         s = m[f"median_{check}"]
         print(f"{check}: median over {m['n_pairs']} pairs of the median |rel error| {s['median_abs_rel_error']:.1%}, "
               f"of the max {s['max_abs_rel_error']:.1%}, of Kendall tau {s['kendall_tau']:.2f}; "

@@ -101,14 +101,18 @@ def meets(s: dict, goal: dict = GOAL) -> bool:
 
 def evaluate_pair(name: str, study: str, second: str) -> dict:
     """Both checks of one pair: the summaries of ``costmodel cv STUDY`` and of ``costmodel compare``
-    (the model fitted on STUDY, predicting SECOND), as those commands compute them."""
+    (the model fitted on STUDY, predicting SECOND), as those commands compute them, and of
+    ``costmodel cv STUDY --keep_probes``."""
     from analysis.costmodel.cli import read_dir
     from analysis.costmodel.evaluate import cross_validate, other_platform, predicted_vs_measured, summary
     from analysis.costmodel.model import fit, measured_configs
     d = read_dir(study)
-    cv, cv_kept = (summary(cross_validate(d["rows"], probes=d["probes"], steps=d["steps"], step_probe=d["step_probe"],
-                                            stage_probe=d["stage_probe"], worker_probe=d["worker_probe"],
-                                            hold_out_probes=strict)) for strict in (True, False))
+
+    def cv(hold_out_probes: bool) -> dict:
+        return summary(cross_validate(d["rows"], probes=d["probes"], steps=d["steps"], step_probe=d["step_probe"],
+                                      stage_probe=d["stage_probe"], worker_probe=d["worker_probe"],
+                                      hold_out_probes=hold_out_probes))
+
     model = fit(d["rows"], d["probes"], d["steps"], d["step_probe"], sources=[study], stage_probe=d["stage_probe"],
                 worker_probe=d["worker_probe"])
     s2 = read_dir(second)
@@ -117,7 +121,7 @@ def evaluate_pair(name: str, study: str, second: str) -> dict:
     cmp = summary(predicted_vs_measured(model, s2["rows"], meas))
     env = model.environment
     return {"pair": name, "cpu_model": env.get("cpu_model", ""), "git_commit": env.get("git_commit", "")[:7],
-            "cv": cv, "cv_kept": cv_kept, "compare": cmp}
+            "cv": cv(True), "cv_kept": cv(False), "compare": cmp}
 
 
 def _row(res: dict, goal: dict) -> dict:

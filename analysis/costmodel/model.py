@@ -81,8 +81,9 @@ or a knob, and ``C`` is the host's core count from the rows):
   +0.21 to +0.52). Spread by the kernel it put the second sweep's bf16 MLP at 64/48 in two
   micro-batches at 1.30–1.34× the form: 40–45 ms of step predicted, 25–30 measured, each of the six
   comparisons' largest error (24.9–32.9%). Over the 84 pairs of ``results/cpu-2core/holdout``
-  refitted (``costmodel holdout``), log 2 moved those six comparisons' largest errors to 11.8, 17.3, 18.0, 14.9, 12.7 and 15.0% and
-  nothing else by half a point (the pairs meeting the comparison's goal 12 → 14, cross-validation
+  refitted (``costmodel holdout``), log 2 moved those six comparisons' largest errors to 11.8, 17.3,
+  18.0, 14.9, 12.7 and 15.0% and nothing else by half a point (the pairs meeting the comparison's
+  goal 12 → 14, cross-validation
   unchanged); over 1000 anchors of the 25 version-15 pairs the residual's distance from its cell's
   median had a 99th percentile of 0.41 and a largest 1.15, the six Xeon shapes the only ones above
   0.68. A tighter log 1.5 also cut the AMD's 64/32 shape in many pairs and raised

@@ -966,9 +966,11 @@ def test_cross_validation_keeps_the_probes_or_holds_the_held_out_shapes_out_of_t
     assert len(seen) == 4 and len(kept) == rows.config_id.nunique()
     for (train_ids, fold_sp, fold_lp), fold_wp in zip(seen, seen_wp):
         assert len(train_ids) < len(own)  # the fold's runs are held out, its probes are not
-        pd.testing.assert_frame_equal(fold_sp, sp), pd.testing.assert_frame_equal(fold_lp, lp)
+        pd.testing.assert_frame_equal(fold_sp, sp)
+        pd.testing.assert_frame_equal(fold_lp, lp)
         pd.testing.assert_frame_equal(fold_wp, wp)
-    seen.clear(), seen_wp.clear()
+    seen.clear()
+    seen_wp.clear()
     cmp = costmodel.cross_validate(rows, kind="kfold", folds=4, step_probe=sp, loader_probe=lp, worker_probe=wp)
     assert len(seen) == 4 and len(cmp) == rows.config_id.nunique()
     step_key = ["model", "precision", "grad_accum_steps", "batch_size", "image_size"]
