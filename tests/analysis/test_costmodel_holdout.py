@@ -14,6 +14,7 @@ import pytest
 
 from analysis.costmodel import holdout as ho
 from analysis.costmodel.features import CostModelError
+from tests.procs import running
 
 ROOT = Path(__file__).resolve().parents[2]
 HOLDOUT = ROOT / "results" / "cpu-2core" / "holdout"
@@ -151,7 +152,7 @@ def test_ctrl_c_stops_the_command_and_its_workers(shm_guard):
     assert "met by both checks" not in out
     assert took < 10, took
     deadline = time.monotonic() + 5
-    while (alive := [k for k in kids if k.is_running() and k.status() != psutil.STATUS_ZOMBIE]) \
+    while (alive := running(kids)) \
             and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not alive, f"orphaned processes: {alive}"

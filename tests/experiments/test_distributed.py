@@ -19,6 +19,7 @@ from experiments import __main__ as cli
 from experiments import distributed, loader, results
 from experiments.configs import ConfigError
 from experiments.train import smoke
+from tests.procs import running
 
 PY = sys.executable
 
@@ -208,7 +209,7 @@ def _ranks(launcher, timeout=60.0, with_worker=False):
 def _gone(procs, timeout=10.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        alive = [p for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        alive = running(procs)
         if not alive:
             return []
         time.sleep(0.1)

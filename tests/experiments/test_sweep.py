@@ -13,6 +13,7 @@ import pytest
 
 from experiments import results, sweep, train
 from experiments.configs import ConfigError
+from tests.procs import running
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -56,10 +57,9 @@ def test_interrupted_sweep_keeps_rows_and_resumes_without_duplicates(tmp_path, d
     deadline = time.time() + 15
     while True:
         alive = []
-        for p in tree:
+        for p in running(tree):
             try:
-                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                    alive.append((p.pid, " ".join(p.cmdline())[:120]))
+                alive.append((p.pid, " ".join(p.cmdline())[:120]))
             except psutil.NoSuchProcess:
                 pass
         if not alive or time.time() > deadline:

@@ -14,6 +14,7 @@ import pytest
 
 from experiments import train
 from experiments.models import make_model
+from tests.procs import running
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -222,7 +223,7 @@ def test_dead_worker_fails_fast_without_orphans(data_cache, feed, shm_guard):
     assert "LoaderFailed" in err and "worker" in err, err[-2000:]
     assert elapsed < 30, f"took {elapsed:.1f} s to notice the dead worker"
     time.sleep(1)
-    alive = [p.pid for p in all_before if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    alive = [p.pid for p in running(all_before)]
     assert not alive, f"orphaned processes: {alive}"
 
 
