@@ -94,7 +94,11 @@ def test_batches_have_shape_dtype_and_stage_times(data_cache, source):
     assert np.all(b["t_augment"] > 0)
     assert np.all(b["t_decode"] > 0) == (source == "arrayrecord")
     # the same stages' CPU seconds, the read's too (a RAM read is an index into an array: it may round to 0)
-    assert np.all(b["c_augment"] > 0) and np.all(b["c_augment"] <= b["t_augment"] * 1.05 + 1e-4)
+    # A thread's CPU seconds stay within its wall seconds over the batch. Not per sample: on a VM the
+    # thread CPU clock and the monotonic clock are kept apart (steal-time corrections), and one CI run
+    # read a single sample at 286 µs CPU in 167 µs wall while the batch's other 15 agreed within 1 µs.
+    c, t = b["c_augment"], b["t_augment"]
+    assert np.all(c > 0) and c.sum() <= t.sum() * 1.05 + 1e-4 and np.median(c / t) <= 1.05
     assert np.all(b["c_decode"] > 0) == (source == "arrayrecord")
     assert np.all(b["c_read"] > 0) if source != "ram" else np.all(b["c_read"] >= 0)
     # normalised: roughly centred and scaled
