@@ -244,10 +244,17 @@ class ScalingFit:
             return "no bootstrap (bootstrap=0): stderr and intervals not computed"
         ci = self.options.get("ci", 0.95)
         return (
-            f"{n_boot} bootstrap resamples of rows (seed {self.options.get('seed')}), each refitted from all "
-            f"{int(self.stats.iloc[0]['n_starts'])} starts; stderr = resample std, "
+            f"{n_boot} bootstrap resamples of rows (seed {self.options.get('seed')}), each refitted from "
+            f"{self.bootstrap_starts_note()}; stderr = resample std, "
             f"{ci:.0%} percentile intervals{self.diverged_note()}"
         )
+
+    def bootstrap_starts_note(self) -> str:
+        """The starts each bootstrap resample was refitted from, in words ("all 4500 starts")."""
+        st = self.stats.iloc[0]
+        n = st.get("n_bootstrap_starts", np.nan)
+        n = int(st["n_starts"]) if pd.isna(n) else int(n)
+        return f"all {n} starts" if n == int(st["n_starts"]) else f"{n} of the fit's {int(st['n_starts'])} grid starts"
 
     def diverged_note(self) -> str:
         """How many bootstrap resamples diverged, as a clause to append ("" when none did)."""
@@ -502,7 +509,8 @@ def fit_chinchilla(
 
 
 def bootstrap(
-    fit: ScalingFit, n_resamples: int = 1000, seed: int = 0, ci: float = 0.95, *, compile_only: bool = False
+    fit: ScalingFit, n_resamples: int = 1000, seed: int = 0, ci: float = 0.95, *, compile_only: bool = False,
+    grid: dict | None = None,
 ) -> ScalingFit | None:
     """Refit ``fit`` on row resamples and attach standard errors and percentile intervals.
 
@@ -518,6 +526,8 @@ def bootstrap(
         ci: interval coverage.
         compile_only: only compile the programs these resamples need, return None (lets a
             benchmark keep compilation out of its timings).
+        grid: starts of each resample's search, in the fit's grid form (default: the fit's own
+            starts). ``stats["n_bootstrap_starts"]`` records how many there were.
 
     Returns:
         A copy of ``fit`` with ``params`` intervals, ``bootstrap_params`` and
@@ -529,7 +539,10 @@ def bootstrap(
         raise ValueError(f"ci must be in (0, 1), got {ci}")
     counts = resample_counts(len(fit.data), n_resamples, seed)
     log_x, log_y = _fit_arrays(fit)
-    res = ss.search(log_x, log_y, fit.starts, counts, delta=fit.options["huber_delta"], compile_only=compile_only)
+    starts = fit.starts if grid is None else ss.grid_starts(grid)
+    if starts.shape[1] != fit.starts.shape[1]:
+        raise ValueError(f"bootstrap: the start grid needs {fit.starts.shape[1]} coordinates, got {starts.shape[1]}")
+    res = ss.search(log_x, log_y, starts, counts, delta=fit.options["huber_delta"], compile_only=compile_only)
     if compile_only:
         return None
     names = list(fit.params["param"])
@@ -543,6 +556,7 @@ def bootstrap(
     params["ci_high"] = hi
     stats = fit.stats.copy()
     stats["n_bootstrap"] = int(n_resamples)
+    stats["n_bootstrap_starts"] = int(len(starts))
     stats["n_bootstrap_diverged"] = diverged
     return dataclasses.replace(
         fit,
