@@ -115,6 +115,17 @@ def quick() -> ScalingConfig:
                          token_budgets=(20_480, 40_960, 81_920), val_windows=256)
 
 
+def study() -> ScalingConfig:
+    """The study's (``make demo``): ``quick`` without its width-96 size, so four sizes (≈21k to ≈0.9M
+    params, the same 1.6 decades) × the same three budgets. Why: on the 2-core Xeon on 2026-11-29, a
+    day a fixed numpy workload ran 20–25% slower than the day before, ``make demo`` with ``quick``
+    took 447–484 s (the limit is 8 minutes), its scaling run 50–51 s, the width-96 size 12.5 s of
+    them (``results/cpu-2core/holdout/pair104``)."""
+    q = quick()
+    keep = [i for i, w in enumerate(q.widths) if w != 96]
+    return dataclasses.replace(q, widths=tuple(q.widths[i] for i in keep), depths=tuple(q.depths[i] for i in keep))
+
+
 def full() -> ScalingConfig:
     """Six sizes (≈21k to ≈0.9M params) × four budgets (0.26M to 2.1M tokens); 22 minutes measured on
     a 2-core CPU that other work was sharing (load ≈ 3.5), so expect 15–22 minutes on an idle one; the
@@ -122,7 +133,7 @@ def full() -> ScalingConfig:
     return ScalingConfig()
 
 
-PRESETS = {"smoke": smoke, "quick": quick, "full": full}
+PRESETS = {"smoke": smoke, "quick": quick, "study": study, "full": full}
 
 
 # ------------------------------------------------------------------------------------------ running

@@ -30,7 +30,7 @@ class StudyConfig(SweepConfig):
     # hierarchy probes run after the sweep ('none' skips them)
     probe_preset: Literal["none", "smoke", "quick", "full"] = "quick"
     # the scaling run fitted in the "Scaling" section ('none' skips it)
-    scaling_preset: Literal["none", "smoke", "quick", "full"] = "quick"
+    scaling_preset: Literal["none", "smoke", "quick", "study", "full"] = "study"
     # the rules of thumb ("Rules of thumb" section): 'study' reuses the sweep's and probes' rows and
     # measures only the cheap parts (experiments.rules.study, about 20 s); 'none' skips them
     rules_preset: Literal["none", "study"] = "study"
@@ -48,7 +48,7 @@ def _study(sweep_cfg: SweepConfig, **kw) -> StudyConfig:
 
 PRESETS = {"smoke": lambda: _study(dataclasses.replace(sweep.smoke(), repeats=2), probe_preset="smoke",
                                    scaling_preset="smoke", rules_preset="none"),
-           "quick": lambda: _study(sweep.quick(), probe_preset="quick", scaling_preset="quick"),
+           "quick": lambda: _study(sweep.quick(), probe_preset="quick", scaling_preset="study"),
            "full": lambda: _study(sweep.full(), probe_preset="full", scaling_preset="full")}
 
 

@@ -119,6 +119,15 @@ def test_presets_span_the_required_range():
         assert np.log10(max(n) / min(n)) >= 1.5, n
 
 
+def test_the_study_runs_quick_without_one_middle_size():
+    # make demo's scaling run: the same span and budgets as quick, one size fewer (the demo's 8 minutes)
+    from experiments import study
+    q, s = scaling.quick(), scaling.study()
+    assert study.PRESETS["quick"]().scaling_preset == "study" and scaling.PRESETS["study"] is scaling.study
+    assert len(s.widths) == len(q.widths) - 1 >= 4 and set(zip(s.widths, s.depths)) < set(zip(q.widths, q.depths))
+    assert (s.widths[0], s.widths[-1]) == (q.widths[0], q.widths[-1]) and s.token_budgets == q.token_budgets
+
+
 @pytest.mark.parametrize("kw, key", [
     (dict(widths=(30,)), "widths"),            # not a multiple of num_heads
     (dict(depths=(1, 2, 3)), "depths"),        # does not pair with widths
