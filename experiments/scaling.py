@@ -118,8 +118,8 @@ def quick() -> ScalingConfig:
 def study() -> ScalingConfig:
     """The study's (``make demo``): ``quick`` without its width-96 size, so four sizes (≈21k to ≈0.9M
     params, the same 1.6 decades) × the same three budgets. Why: on the 2-core Xeon on 2026-11-29, a
-    day a fixed numpy workload ran 20–25% slower than the day before, ``make demo`` with ``quick``
-    took 447–484 s (the limit is 8 minutes), its scaling run 50–51 s, the width-96 size 12.5 s of
+    day a fixed numpy workload ran 20–25% slower than in its morning, ``make demo`` with ``quick``
+    took 432–484 s (the limit is 8 minutes), its scaling run 45–51 s, the width-96 size 12.5 s of
     them (``results/cpu-2core/holdout/pair104``)."""
     q = quick()
     keep = [i for i, w in enumerate(q.widths) if w != 96]
