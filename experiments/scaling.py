@@ -122,8 +122,8 @@ def study() -> ScalingConfig:
     took 432–484 s (the limit is 8 minutes), its scaling run 45–51 s, the width-96 size 12.5 s of
     them (``results/cpu-2core/holdout/pair104``)."""
     q = quick()
-    keep = [i for i, w in enumerate(q.widths) if w != 96]
-    return dataclasses.replace(q, widths=tuple(q.widths[i] for i in keep), depths=tuple(q.depths[i] for i in keep))
+    widths, depths = zip(*[(w, d) for w, d in zip(q.widths, q.depths) if w != 96])
+    return dataclasses.replace(q, widths=widths, depths=depths)
 
 
 def full() -> ScalingConfig:

@@ -252,8 +252,7 @@ class ScalingFit:
     def bootstrap_starts_note(self) -> str:
         """The starts each bootstrap resample was refitted from, in words ("all 4500 starts")."""
         st = self.stats.iloc[0]
-        n = st.get("n_bootstrap_starts", np.nan)
-        n = int(st["n_starts"]) if pd.isna(n) else int(n)
+        n = int(st.get("n_bootstrap_starts", st["n_starts"]))  # set by bootstrap()
         return f"all {n} starts" if n == int(st["n_starts"]) else f"{n} of the fit's {int(st['n_starts'])} grid starts"
 
     def diverged_note(self) -> str:
@@ -537,11 +536,11 @@ def bootstrap(
         raise ValueError(f"bootstrap needs at least 2 resamples, got {n_resamples}")
     if not (0 < ci < 1):
         raise ValueError(f"ci must be in (0, 1), got {ci}")
-    counts = resample_counts(len(fit.data), n_resamples, seed)
-    log_x, log_y = _fit_arrays(fit)
     starts = fit.starts if grid is None else ss.grid_starts(grid)
     if starts.shape[1] != fit.starts.shape[1]:
         raise ValueError(f"bootstrap: the start grid needs {fit.starts.shape[1]} coordinates, got {starts.shape[1]}")
+    counts = resample_counts(len(fit.data), n_resamples, seed)
+    log_x, log_y = _fit_arrays(fit)
     res = ss.search(log_x, log_y, starts, counts, delta=fit.options["huber_delta"], compile_only=compile_only)
     if compile_only:
         return None
