@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import json
+import multiprocessing as mp
 import sys
 import traceback
 from pathlib import Path
@@ -123,31 +125,116 @@ def _failure(title: str, e: Exception) -> str:
             f"</summary>\n\n```\n{traceback.format_exc()}```\n</details>\n")
 
 
-def build_report(path) -> tuple[Path, list[tuple[str, str]]]:
+#: The sections a second process builds while this one builds the others (``build_report(jobs=2)``):
+#: the Hierarchy and the Scaling sections, which read nothing the others compute (the cost model's
+#: three share one calibration, ``analysis.costmodel.section``, and stay together here). Why: the
+#: report is the last part of ``make demo``, nothing is measured while it is built, and the 2-core
+#: machine has a core free for it. On the 2-core Intel Xeon (6/167/1) on a slow day (2026-11-29, its
+#: numpy check at 822-900 µs an iteration where a quiet day reads 614-694), ``make demo`` took
+#: 463-526 s, the report 31-38 s of it. ``holdout/pair112``'s study, its report rebuilt in a fresh
+#: process each time: one process 31.4-33.6 s (3 runs; the sections alone 30.8 s, Simulation 12.0 s
+#: with the calibration, Scaling 10.8 s, Hierarchy 3.4 s); with the cost model's three sections in
+#: the second process 27.2-27.6 s (2), Scaling alone there 22.1-26.2 s (4), Hierarchy and Scaling
+#: 20.6-23.4 s (4). The two reports were the same text.
+CHILD_SECTIONS = ("Hierarchy", "Scaling")
+
+
+def _section(study: "StudyResults", title: str, module: str, fn: str) -> tuple[str, str | None]:
+    """One section's Markdown and its error (None when it was written)."""
+    try:
+        return getattr(importlib.import_module(module), fn)(study), None
+    except Exception as e:  # noqa: BLE001 — one broken section must not lose the report
+        return _failure(title, e), f"{type(e).__name__}: {e}"
+
+
+def _child_sections(path: str, sections: tuple, conn) -> None:
+    """``sections`` ((title, module, function) each) of the study at ``path``, sent back as
+    {title: (text, error)}; in a spawned process that dies with its parent."""
+    from experiments.loader import die_with_parent
+    die_with_parent()
+    try:
+        study = StudyResults.load(path)
+        conn.send({t: _section(study, t, m, f) for t, m, f in sections})
+    finally:
+        conn.close()
+
+
+def _start_child(path: Path, sections: tuple):
+    """(process, receiving end) of :func:`_child_sections`, or None where a process cannot be started."""
+    try:
+        ctx = mp.get_context("spawn")
+        recv, send = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=_child_sections, args=(str(path), sections, send), name="memsim-report-sections",
+                           daemon=True)
+        proc.start()
+        send.close()
+        return proc, recv
+    except OSError as e:
+        print(f"warning: report sections {', '.join(t for t, _, _ in sections)} built here: no second process "
+              f"({e})", file=sys.stderr)
+        return None
+
+
+def _child_result(child) -> dict | None:
+    """What the child sent, or None (with a warning) when it died before sending it."""
+    proc, recv = child
+    try:
+        return recv.recv()
+    except (EOFError, OSError):
+        proc.join(timeout=10)
+        print(f"warning: the report's second process died (exit code {proc.exitcode}); its sections are built "
+              f"here", file=sys.stderr)
+        return None
+
+
+def build_report(path, jobs: int = 2) -> tuple[Path, list[tuple[str, str]]]:
     """Rebuild ``report.md`` and its figures in a study's results folder, from the folder alone.
 
     Args:
         path: the folder a study wrote (``rows.csv`` and friends, see the module docstring).
+        jobs: 2 (default) builds :data:`CHILD_SECTIONS` in a second process while this one builds
+            the others; 1 builds every section here, in order. A second process that dies leaves
+            its sections to this one.
 
     Returns:
         The report's path, and the (title, error) of each section that failed (empty when all
         were written).
 
     Raises:
-        ConfigError: ``path`` is not a folder.
+        ConfigError: ``path`` is not a folder, or ``jobs`` is not 1 or 2.
     """
-    import importlib
-
+    if jobs not in (1, 2):
+        raise ConfigError(f"jobs={jobs!r}: 1 (every section in this process) or 2 (the cost model's sections "
+                          f"in a second one)")
     study = StudyResults.load(path)
+    away = tuple(s for s in SECTIONS if s[0] in CHILD_SECTIONS) if jobs == 2 else ()
+    child = _start_child(study.path, away) if away else None
+    done: dict = {}
+    try:
+        for title, module, fn in SECTIONS:
+            if child is None or title not in CHILD_SECTIONS:
+                done[title] = _section(study, title, module, fn)
+        if child is not None:
+            done.update(_child_result(child) or {})
+    except BaseException:
+        if child is not None:  # interrupted or failed here: the child's sections are not waited for
+            child[0].kill()
+        raise
+    finally:
+        if child is not None:
+            proc, recv = child
+            recv.close()
+            proc.join(timeout=10)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
     parts = [f"# memsim study — {study.path.name}\n"]
     failed: list[tuple[str, str]] = []
     for title, module, fn in SECTIONS:
-        try:
-            text = getattr(importlib.import_module(module), fn)(study)
-        except Exception as e:  # noqa: BLE001 — one broken section must not lose the report
-            print(f"warning: report section {title!r} failed: {type(e).__name__}: {e}", file=sys.stderr)
-            failed.append((title, f"{type(e).__name__}: {e}"))
-            text = _failure(title, e)
+        text, error = done[title] if title in done else _section(study, title, module, fn)
+        if error:
+            print(f"warning: report section {title!r} failed: {error}", file=sys.stderr)
+            failed.append((title, error))
         if text:
             parts.append(text.rstrip() + "\n")
     out = study.path / REPORT_FILE

@@ -66,7 +66,7 @@ def rebuilt(tmp_path_factory):
     from analysis.scaling import report as scaling_report
     mp.setattr(scaling_report, "BOOTSTRAP", 0)
     try:
-        path, failed = build_report(d)
+        path, failed = build_report(d, jobs=1)  # the patch above does not reach a second process
     finally:
         mp.undo()
     return d, path, failed
@@ -145,6 +145,59 @@ def test_a_failing_section_is_reported_in_place(tmp_path, monkeypatch):
     md = path.read_text()
     assert "## Machine and environment" in md
     assert "## Measured sweep\n\nThis section failed: `ValueError: no such column 'x'`" in md
+
+
+# a folder whose sections are cheap: the measured rows, the probes and the footprints, without the
+# cost model's and the scaling sections (what the second process builds is the Hierarchy section)
+_CHEAP = ("Machine and environment", "Measured sweep", "Hierarchy", "Memory", "Rules of thumb")
+
+
+def _cheap_folder(tmp_path, monkeypatch) -> Path:
+    d = tmp_path / "study"
+    d.mkdir()
+    for name in ("rows.csv", "rows.columns.json", "config.json", "study.json", "memory.csv", "probe"):
+        (shutil.copytree if (COMMITTED / name).is_dir() else shutil.copy)(COMMITTED / name, d / name)
+    monkeypatch.setattr(report, "SECTIONS", tuple(s for s in report.SECTIONS if s[0] in _CHEAP))
+    return d
+
+
+def test_the_second_process_builds_the_same_report(tmp_path, monkeypatch):
+    d = _cheap_folder(tmp_path, monkeypatch)
+    started = []
+    real = report._start_child
+    monkeypatch.setattr(report, "_start_child", lambda path, sections: started.append(sections) or real(path, sections))
+    path, failed = build_report(d, jobs=2)
+    two = path.read_text()
+    assert [t for t, _, _ in started[0]] == ["Hierarchy"] and not failed
+    path, failed = build_report(d, jobs=1)
+    assert len(started) == 1 and not failed
+    assert two == path.read_text()
+    assert list(_sections(two)) == list(_CHEAP)
+
+
+def test_a_dead_second_process_leaves_its_sections_here(tmp_path, monkeypatch, capfd):
+    import multiprocessing as mp
+    import os
+    d = _cheap_folder(tmp_path, monkeypatch)
+
+    def dead(path, sections):
+        ctx = mp.get_context("spawn")
+        recv, send = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=os._exit, args=(3,))
+        proc.start()
+        send.close()
+        return proc, recv
+    monkeypatch.setattr(report, "_start_child", dead)
+    path, failed = build_report(d)
+    assert "the report's second process died (exit code 3)" in capfd.readouterr().err
+    md = path.read_text()
+    assert not failed and list(_sections(md)) == list(_CHEAP)
+    assert "This section failed" not in md
+
+
+def test_jobs_other_than_one_or_two_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="jobs=3"):
+        build_report(tmp_path, jobs=3)
 
 
 def test_missing_folder_is_a_config_error(tmp_path):
