@@ -160,7 +160,9 @@ def _child_sections(path: str, sections: tuple, conn) -> None:
 
 
 def _start_child(path: Path, sections: tuple):
-    """(process, receiving end) of :func:`_child_sections`, or None where a process cannot be started."""
+    """(process, receiving end) of :func:`_child_sections`, or None where a process cannot be started.
+    (``experiments.rules.call_in_child`` spawns the same way but waits for its child; this one runs
+    beside the sections built here.)"""
     try:
         ctx = mp.get_context("spawn")
         recv, send = ctx.Pipe(duplex=False)
@@ -204,8 +206,8 @@ def build_report(path, jobs: int = 2) -> tuple[Path, list[tuple[str, str]]]:
         ConfigError: ``path`` is not a folder, or ``jobs`` is not 1 or 2.
     """
     if jobs not in (1, 2):
-        raise ConfigError(f"jobs={jobs!r}: 1 (every section in this process) or 2 (the cost model's sections "
-                          f"in a second one)")
+        raise ConfigError(f"jobs={jobs!r}: 1 (every section in this process) or 2 (the sections of "
+                          f"CHILD_SECTIONS in a second one)")
     study = StudyResults.load(path)
     away = tuple(s for s in SECTIONS if s[0] in CHILD_SECTIONS) if jobs == 2 else ()
     child = _start_child(study.path, away) if away else None
