@@ -407,6 +407,8 @@ ANCHOR_LOCAL_LOG = float(np.log(2.0))
 #: the step's page faults (version 14, :func:`fault_pages`): the step probe's measured cost of one
 #: page fault inside the step (``experiments.components``' ``fault_s_per_page``), a fixed parameter
 FAULT_COST = "fault_s_per_page"
+#: the knobs that make a step shape, for matching the rows' steps with the step probe's (:func:`probe_vs_runs`)
+PROBE_SHAPE = ("model", "precision", "grad_accum_steps", "width", "depth", "batch_size", "image_size")
 PAGE_BYTES = 4096
 #: a shape's temporaries are estimated (:func:`estimate_temp_bytes`) from its cell's recorded shapes,
 #: by non-negative least squares on these features, where the cell has at least this many shapes
@@ -551,8 +553,12 @@ class CostModel:
                  f"    rms log-residual   = {s['rms_log_residual']:.4f}",
                  f"    R² (log samples/s) = {s['r2_log_samples_per_s']:.4f}",
                  f"    median |rel error| = {s['median_abs_rel_error']:.2%} (in sample)",
-                 f"    host cores         = {self.cpu_count}",
-                 "[[Parameters]]"]
+                 f"    host cores         = {self.cpu_count}"]
+        pr = s.get("step_probe_vs_runs") or {}
+        if pr.get("n"):
+            lines.append(f"    runs / step probe  = {pr['ratio']:.3f} (the runs' device-resident step over the probe's, "
+                         f"median of {pr['n']} shape(s) both measured; {pr['lo']:.3f}–{pr['hi']:.3f})")
+        lines.append("[[Parameters]]")
         for _, r in self.table.iterrows():
             if r.fixed:
                 lines.append(f"    {r.param:28s} {r.value:12.5g}  (fixed: {r.note})")
@@ -1188,6 +1194,49 @@ def faults_measured(frame: pd.DataFrame, cap: int | None) -> np.ndarray:
     pages = fault_pages(_number(frame, "xla_temp_bytes"), cap)
     counted = _number(frame, "resident_minor_faults_per_step")
     return np.where(np.isfinite(counted), np.where(counted >= FAULT_FLOOR, counted, 0.0), pages)
+
+
+def probe_vs_runs(meas: pd.DataFrame, sp: pd.DataFrame | None, c_fault: float | None, cap: int | None) -> dict:
+    """How the step probe's steps compare with the runs' own, at the step shapes both measured
+    (:data:`PROBE_SHAPE`): the median over those shapes of the runs' device-resident step over the
+    probe's, each less its page faults at ``c_fault`` a page (``ratio``), the smallest and largest
+    shape's (``lo``, ``hi``) and the number of shapes (``n``; 0 and NaN without a shared shape).
+    A diagnostic (:attr:`CostModel.stats`, the fit's report): the model anchors a probed shape at the
+    probe's own step (:func:`anchor_factor`) and fits the contention beside the runs' own steps.
+
+    Why it is reported: on the 2-core Intel Xeon 6/167/1, over the 39 quick studies ``pair79``–
+    ``pair117`` of ``results/cpu-2core/holdout``, the runs (the studies' and the second sweeps') stepped
+    a median 0.924–0.972× the probe per shape (the probe measures a shape in three rounds of about
+    0.1 s, a run in one window of 1 s after its fed loop). Multiplying the probe's steps by the ratio
+    was tried as a model term and not kept (``results/cpu-2core/holdout/README.md``, ``pair118``–``pair120``).
+
+    >>> rows = pd.DataFrame({"model": "mlp", "precision": "fp32", "grad_accum_steps": 1, "width": 16, "depth": 1,
+    ...                      "batch_size": [32, 64], "image_size": 16,
+    ...                      "device_resident_samples_per_s": [32 / 0.0095, 64 / 0.019]})
+    >>> probe = rows.assign(device_resident_samples_per_s=[32 / 0.010, 64 / 0.020])
+    >>> r = probe_vs_runs(rows, probe, None, None); round(r["ratio"], 3), r["n"]
+    (0.95, 2)
+    >>> probe_vs_runs(rows, probe.assign(image_size=48), None, None)["n"]
+    0
+    """
+    none = {"ratio": math.nan, "lo": math.nan, "hi": math.nan, "n": 0}
+    if sp is None or not len(sp) or not len(meas):
+        return none
+
+    def shapes(frame):
+        kf = knob_frame(frame)
+        s = kf.batch_size.to_numpy(float) / pd.to_numeric(frame.device_resident_samples_per_s,
+                                                         errors="coerce").to_numpy(float)
+        if c_fault:
+            s = s - c_fault * faults_measured(frame, cap)
+        f = pd.DataFrame({**{k: kf[k].to_numpy() for k in PROBE_SHAPE}, "s": s})
+        return f[np.isfinite(f.s) & (f.s > 0)].groupby(list(PROBE_SHAPE)).s.median()
+
+    both = pd.concat([shapes(meas).rename("runs"), shapes(sp).rename("probe")], axis=1, join="inner")
+    if not len(both):
+        return none
+    r = (both.runs / both.probe).to_numpy(float)
+    return {"ratio": float(np.median(r)), "lo": float(r.min()), "hi": float(r.max()), "n": int(len(r))}
 
 
 def fault_cost(step_probe: pd.DataFrame | None) -> tuple[float | None, str]:
@@ -1869,7 +1918,8 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
              "worker_probe_shapes": wp_used, "step_anchor_shapes": len(anchors),
              "step_anchor_median_abs_log_residual": (float(np.median(np.abs([a["log_residual"] for a in anchors])))
                                                      if anchors else math.nan),
-             "step_fault_term": c_note if c_fault is not None else f"absent: {c_note}"}
+             "step_fault_term": c_note if c_fault is not None else f"absent: {c_note}",
+             "step_probe_vs_runs": probe_vs_runs(meas, sp, c_fault, cap)}
     env = {k: str(meas[k].iloc[0]) for k in ("platform", "device_kind", "cpu_model", "cpu_simd", "jax_version",
                                              "grain_version", "git_commit")
            if k in meas and pd.notna(meas[k].iloc[0])}

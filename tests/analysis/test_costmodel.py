@@ -834,6 +834,28 @@ def test_the_step_probe_anchors_the_step_where_the_fitted_form_cannot_follow_it(
     assert np.array_equal(components(again, grid).step_s.to_numpy(), predicted)
 
 
+def test_the_fit_reports_how_the_step_probe_compares_with_the_runs_steps():
+    """A step probe that measures every shape 25% slower than the runs stepped (the rows' steps are
+    the true ones): the fit's statistics and report give the runs over the probe, 0.8, at the shapes
+    both measured; a probe that shares no shape with the rows reports none."""
+    from analysis.costmodel.model import step_time
+    rows = synthetic_rows()
+    grid = _shape_grid()
+    grid["device_resident_samples_per_s"] = grid.batch_size / (1.25 * step_time(TRUE, features.knob_frame(grid)))
+    key = ["model", "precision", "grad_accum_steps", "width", "depth", "batch_size", "image_size"]
+    shared = len(rows[key].drop_duplicates().merge(grid[key].drop_duplicates()))
+    assert 2 <= shared < len(grid)
+    model = costmodel.fit(rows, step_probe=grid)
+    pr = model.stats["step_probe_vs_runs"]
+    assert pr["n"] == shared
+    assert (pr["ratio"], pr["lo"], pr["hi"]) == pytest.approx((0.8, 0.8, 0.8), rel=1e-9)
+    assert f"runs / step probe  = 0.800 (the runs' device-resident step over the probe's, median of {shared}" \
+        in model.report()
+    apart = costmodel.fit(rows, step_probe=grid.assign(width=np.where(grid.model == "cnn", 8, 256)))
+    assert apart.stats["step_probe_vs_runs"]["n"] == 0
+    assert "runs / step probe" not in apart.report()
+
+
 def test_a_slow_spell_in_one_round_of_the_step_probe_does_not_move_the_step():
     """Three rounds of the step probe, one with a shape at twice its step (pair52's fp32 MLP at
     32/16): the fit takes each shape's median round, and predicts every shape as the spell-free
