@@ -407,8 +407,9 @@ ANCHOR_LOCAL_LOG = float(np.log(2.0))
 #: the step's page faults (version 14, :func:`fault_pages`): the step probe's measured cost of one
 #: page fault inside the step (``experiments.components``' ``fault_s_per_page``), a fixed parameter
 FAULT_COST = "fault_s_per_page"
-#: the knobs that make a step shape, for matching the rows' steps with the step probe's (:func:`probe_vs_runs`)
-PROBE_SHAPE = ("model", "precision", "grad_accum_steps", "width", "depth", "batch_size", "image_size")
+#: the knobs that make a step shape (a cell's and its batch and image size), for matching the rows'
+#: steps with the step probe's (:func:`probe_vs_runs`)
+PROBE_SHAPE = (*ANCHOR_CELL, "batch_size", "image_size")
 PAGE_BYTES = 4096
 #: a shape's temporaries are estimated (:func:`estimate_temp_bytes`) from its cell's recorded shapes,
 #: by non-negative least squares on these features, where the cell has at least this many shapes
