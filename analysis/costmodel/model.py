@@ -222,9 +222,9 @@ main process spends is nearly all ``o + tr``: 1.5–2.5 ms a batch at 16×16 pix
 48×48 on ``pair100``, ``pair110`` and ``pair120`` (medians per shape of ``host_cpu_util · C · T``
 less the worker's CPU), 0.7–1.7 ms once the step's ``ν·S`` is taken off. (At batch 128 and 48×48
 the fitted ``ν·S + o + tr`` is 1.28–1.33× what was measured: the copy's ``tr``, 1.7–2.2 ms there
-from the pageable copy probe, is more than the main process spent on it.) Each probed shape's median enters the contention fit
-beside the runs' main-process CPU, with the family's ``ν`` (where runs of that family with workers
-fit one, on the same number of cores). Why: cross-validation holds out the designed sample's MLP at
+from the pageable copy probe, is more than the main process spent on it.) Each probed shape's
+median enters the contention fit beside the runs' main-process CPU, with the family's ``ν``
+(where runs of that family with workers fit one, on the same number of cores). Why: cross-validation holds out the designed sample's MLP at
 batch 32 in two micro-batches with two workers (its step 1.6–1.8 ms, the shortest of the study),
 and without it version 16 put ``o`` at 1.5–2.0 ms where the full fit put 0.7–1.2 ms (``pair100``,
 ``pair110``, ``pair120``; version 17: 0.8–1.2 ms either way). That configuration was predicted a
@@ -1643,7 +1643,8 @@ def _worker_probe_rows(frame: pd.DataFrame | None) -> pd.DataFrame | None:
     key = list(WORKER_SHAPE)
     # the main process's CPU per batch beside the probe's step (version 17): NaN where a row lacks it
     B = _number(f, "batch_size")
-    f = f.assign(main_cpu_s_per_batch=contention_observed(f, B, B / _number(f, "samples_per_s"), _number(f, "cpu_count"))[1],
+    main = contention_observed(f, B, B / _number(f, "samples_per_s"), _number(f, "cpu_count"))[1]
+    f = f.assign(main_cpu_s_per_batch=main,
                  device_resident_step_median_s=_number(f, "device_resident_step_median_s"))
     g = f.groupby(key, sort=False)
     return f.assign(**{c: g[c].transform("median") for c in ("cpu_stamped_s_per_sample", "worker_cpu_s_per_sample",

@@ -571,7 +571,8 @@ def test_the_worker_probes_main_process_cpu_pins_the_per_batch_overhead():
     wp = with_main_cpu(synthetic_worker_probe(true), true)
     err = {"probe": [], "blind": []}
     for seed in range(6):  # a noisy machine's CPU accounting: 10% lognormal on each run's CPU
-        noisy = rows.assign(host_cpu_util=rows.host_cpu_util * np.exp(np.random.default_rng(seed).normal(0, 0.1, len(rows))))
+        spread = np.exp(np.random.default_rng(seed).normal(0, 0.1, len(rows)))
+        noisy = rows.assign(host_cpu_util=rows.host_cpu_util * spread)
         probe = costmodel.fit(noisy, worker_probe=wp)
         # without the probe's main process (its rows lack the run's CPU) the overhead is the runs' alone
         blind = costmodel.fit(noisy, worker_probe=wp.drop(columns="host_cpu_util"))
