@@ -251,17 +251,29 @@ def _goal(text: str) -> dict:
 
 
 def cmd_holdout(args) -> int:
-    from analysis.costmodel.holdout import CHECKS, GOAL, find_pairs, format_table, holdout, medians
+    from analysis.costmodel.holdout import (CHECKS, GOAL, by_configuration, errors_of, evaluate_pairs, find_pairs,
+                                            format_by_configuration, format_table, medians, table_of)
     goal = _goal(args.goal) if args.goal else dict(GOAL)
     if args.jobs < 1:
         raise CostModelError(f"--jobs {args.jobs}: give a positive number of worker processes")
-    if args.out and not Path(args.out).resolve().parent.is_dir():
-        raise CostModelError(f"--out {args.out!r}: its folder does not exist; create it or give another path")
+    for flag, path in (("--out", args.out), ("--errors_out", args.errors_out)):
+        if path and not Path(path).resolve().parent.is_dir():
+            raise CostModelError(f"{flag} {path!r}: its folder does not exist; create it or give another path")
     pairs = find_pairs(args.folders, [tuple(p) for p in args.pair])
-    table = holdout(pairs, jobs=args.jobs, goal=goal, progress=True)
+    results = evaluate_pairs(pairs, jobs=args.jobs, progress=True)
+    table = table_of(results, goal)
     if args.out:
         table.to_csv(args.out, index=False)
     print(format_table(table))
+    split = {}
+    if args.by_config or args.errors_out:
+        errors = errors_of(results)
+        if args.errors_out:
+            errors.to_csv(args.errors_out, index=False)
+        if args.by_config:
+            for check, _ in CHECKS:
+                configs, split[check] = by_configuration(errors, check, goal)
+                print(format_by_configuration(configs, split[check]))
     m = medians(table)
     for check, _ in CHECKS:
         s = m[f"median_{check}"]
@@ -273,10 +285,11 @@ def cmd_holdout(args) -> int:
           + (f" ({', '.join(m['pairs_meeting_both'])})" if m["pairs_meeting_both"] else ""))
     print(f"with cv_kept (cv --keep_probes) for cv: {m['n_meeting_both_kept']} of {m['n_pairs']} pair(s)"
           + (f" ({', '.join(m['pairs_meeting_both_kept'])})" if m["pairs_meeting_both_kept"] else ""))
-    if args.out:
-        print(f"wrote {args.out}")
+    for path in (args.out, args.errors_out):
+        if path:
+            print(f"wrote {path}")
     if args.json:
-        _print_json({**m, "goal": goal})
+        _print_json({**m, "goal": goal, **({"by_configuration": split} if split else {})})
     return 0
 
 
@@ -342,6 +355,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
                    help="worker processes, each evaluating one pair at a time (default: 2, or 1 on one core)")
     h.add_argument("--goal", help="MEDIAN,MAX,TAU each check is held to (default 0.05,0.15,0.8)")
     h.add_argument("--out", help="write the table as CSV")
+    h.add_argument("--by_config", action="store_true",
+                   help="split each check's errors into each pair's shift, each configuration's bias over the "
+                        "pairs, and the rest, and list the most biased configurations")
+    h.add_argument("--errors_out", help="write every configuration's error in every pair and check as CSV")
     h.add_argument("--json", action="store_true")
     h.set_defaults(_action=cmd_holdout)
 
