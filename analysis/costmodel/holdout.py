@@ -326,6 +326,8 @@ def format_by_configuration(configs: pd.DataFrame, stats: dict, top: int = 8) ->
              f"  pairs meeting the goal: {s['n_meeting']} as measured; upper bounds with each pair's shift taken out "
              f"{s['n_meeting_without_shift']}, each configuration's bias {s['n_meeting_without_bias']}, both "
              f"{s['n_meeting_without_both']} (biases estimated on these same pairs)"]
+    if top < 1:
+        return "\n".join(lines)
     show = configs.head(top).copy()
     for c in ("bias", "median_error"):
         show[c] = [("" if not np.isfinite(v) else f"{100 * v:+.1f}%") for v in show[c].to_numpy(float)]
