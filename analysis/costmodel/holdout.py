@@ -257,9 +257,10 @@ def by_configuration(errors: pd.DataFrame, check: str = "compare", goal: dict = 
     Why: a check that misses on a pair misses for one of two reasons that call for different work:
     the machine moved between the study and the second sweep (no term of a model fitted before it
     can follow that), or the model is wrong at a configuration in the same way every time (a term to
-    fix). On the 46 pairs of the 2-core Intel Xeon 6/167/1 (``results/cpu-2core/holdout``,
-    ``pair79``–``pair124``, model version 17) the comparison met the goal in 12; with each pair's
-    shift removed in 19, with each configuration's bias removed in 26.
+    fix). On the 50 pairs of the 2-core Intel Xeon 6/167/1 (``results/cpu-2core/holdout``,
+    ``pair79``–``pair128``, model version 17) the comparison met the goal in 12, with each pair's
+    shift taken out in 19 and with each configuration's bias taken out in 26; cross-validation in
+    15, 17 and 38: its misses are the model's, at four configurations.
 
     >>> e = pd.DataFrame({"pair": [p for p in "abcd" for _ in range(3)], "model": ["mlp", "cnn", "mlp"] * 4,
     ...                   "batch_size": [32, 32, 64] * 4, "measured": [100.0, 200.0, 300.0] * 4})
@@ -321,8 +322,8 @@ def format_by_configuration(configs: pd.DataFrame, stats: dict, top: int = 8) ->
     meeting the goal with each taken out, and the ``top`` configurations by |bias|."""
     s = stats
     lines = [f"{s['check']}: where the errors come from over {s['n_pairs']} pairs (rms of log(predicted/measured)): "
-             f"all {s['rms_log_error']:.3f} = each pair's shift {s['rms_shift']:.3f} + each configuration's bias "
-             f"{s['rms_bias']:.3f} + the rest {s['rms_rest']:.3f}",
+             f"all {s['rms_log_error']:.3f}; its parts: each pair's shift {s['rms_shift']:.3f}, each configuration's "
+             f"bias {s['rms_bias']:.3f}, the rest {s['rms_rest']:.3f}",
              f"  pairs meeting the goal: {s['n_meeting']} as measured; upper bounds with each pair's shift taken out "
              f"{s['n_meeting_without_shift']}, each configuration's bias {s['n_meeting_without_bias']}, both "
              f"{s['n_meeting_without_both']} (biases estimated on these same pairs)"]
