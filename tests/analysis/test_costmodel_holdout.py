@@ -196,6 +196,8 @@ def _main(capsys, *args):
     (["{pair}", "--jobs", "0"], "--jobs 0"),
     (["--pair", "{pair}/study", "{tmp}"], "the second sweep folder '{tmp}' has no rows.csv"),
     (["{pair}", "--out", "{tmp}/no/such/h.csv"], "--out '{tmp}/no/such/h.csv': its folder does not exist"),
+    (["{pair}", "--by_config", "--errors_out", "{tmp}/no/such/e.csv"],
+     "--errors_out '{tmp}/no/such/e.csv': its folder does not exist"),
 ])
 def test_bad_input_is_one_line_and_exit_2_before_any_work(tmp_path, capsys, args, names):
     pair = _pair(tmp_path / "p", "pairA")  # rows.csv without rows: any fitting would fail otherwise
