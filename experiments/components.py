@@ -241,6 +241,12 @@ def for_sweep(cfg, repeats: int = 3, loader: bool = True, stage: bool = True) ->
                            warmup_steps=1, max_warmup_s=min(0.3, cfg.max_warmup_s))
 
 
+#: the worker probe's windows, whatever the sweep's: the workers' CPU is read from the kernel's 10 ms
+#: ticks, so a window must hold many of them. With the smoke sweep's windows (``min_measure_s=0``, two
+#: steps, a few ms) one run of the smoke study read 0 ticks for a worker that was busy throughout.
+WORKER_PROBE_WINDOW_S = 0.5
+
+
 def worker_sweep(cfg, repeats: int = 2):
     """The worker probe of a sweep (``experiments.sweep.SweepConfig``): a sweep of one loader worker
     (``num_workers=1``, ``feed='none'``) feeding the width-16, depth-1 MLP, whose step (well under a
@@ -271,7 +277,7 @@ def worker_sweep(cfg, repeats: int = 2):
                        batch_size=tuple(sorted({bs[0], bs[-1]})), grad_accum_steps=(1,), precision=("fp32",),
                        augment_cost=(0,), num_workers=(1,), prefetch_buffer_size=(max(_levels(cfg, "prefetch_buffer_size")),),
                        device_buffer_size=(2,), feed=("none",), num_processes=(1,), sample_size=0, width=16, depth=1,
-                       num_samples=cfg.num_samples, min_steps=cfg.min_steps, min_measure_s=min(0.5, cfg.min_measure_s),
+                       num_samples=cfg.num_samples, min_steps=cfg.min_steps, min_measure_s=WORKER_PROBE_WINDOW_S,
                        warmup_steps=cfg.warmup_steps, warmup_time_s=0.0, max_warmup_s=min(0.5, cfg.max_warmup_s),
                        seed=cfg.seed, grain_stats=False, cache_dir=cfg.cache_dir, repeats=repeats,
                        order_seed=cfg.order_seed, config_timeout_s=cfg.config_timeout_s, isolate=cfg.isolate)

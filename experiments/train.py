@@ -369,6 +369,10 @@ class HostSampler:
         """CPU seconds of the child processes (the loader's workers) since ``window_start``."""
         return self._cpu(children_only=True) - self._w0
 
+    def window_s(self) -> float:
+        """Wall seconds since ``window_start``."""
+        return time.perf_counter() - self._t0
+
     def cpu_util(self) -> float:
         """CPU seconds of self+children per wall second per core since ``window_start``, in [0, 1]."""
         import os
@@ -727,7 +731,10 @@ def run_detailed(cfg: TrainConfig) -> RunResult:
                              agree_every=agree_every, startup_steps=cfg.num_workers + 1 if cfg.num_workers else 0)
         fed_machine = machine.stop()
         cpu_util = sampler.cpu_util()
-        worker_cpu_s = sampler.children_cpu_s()
+        # the kernel counts CPU time in 10 ms ticks: a window shorter than MachineWindow.MIN_S (ten
+        # ticks) does not resolve the workers' CPU. The smoke study's worker probe (windows of two
+        # steps, a few ms) once read 0 ticks for a worker that had been busy throughout: NaN, not 0.
+        worker_cpu_s = sampler.children_cpu_s() if sampler.window_s() >= MachineWindow.MIN_S else float("nan")
         if cfg.grain_stats:  # with worker processes this waits up to 2 s per worker for their summaries
             grain_stats = grain_stats_frame(feed.host_iterator)
         # The device-resident bound: the same compiled step on a batch already on the device, measured

@@ -188,3 +188,6 @@ def test_the_worker_probe_is_one_worker_at_the_sweeps_extreme_shapes():
     # a sweep of one batch and image size: one shape
     one = components.worker_sweep(sweep.smoke(), repeats=1)
     assert [(tc.batch_size, tc.image_size) for tc in one.train_configs()] == [(16, 16)] and one.repeats == 1
+    # half-second windows even for a sweep that has none (the smoke sweep's min_measure_s=0): the
+    # workers' CPU is counted in 10 ms ticks
+    assert one.min_measure_s == 0.5

@@ -170,6 +170,15 @@ def test_transformer_on_text_with_workers(data_cache):
     assert r.final_loss < r.first_loss
 
 
+def test_worker_cpu_of_a_window_too_short_for_the_kernels_ticks_is_nan(data_cache, monkeypatch):
+    # the workers' CPU comes in 10 ms ticks: a window under MachineWindow.MIN_S reads as unresolved
+    # (NaN), never as a worker that used no CPU (the finite case: test_worker_cpu_holds_the_stamped_stages_and_more)
+    monkeypatch.setattr(train.MachineWindow, "MIN_S", 1e6)
+    r = train.run(_smoke(data_cache, num_workers=1)).iloc[0]
+    assert r.status == "ok" and r.num_workers == 1 and np.isnan(r.worker_cpu_s_per_sample)
+    assert np.isnan(r.steal_frac) and np.isnan(r.foreign_cpu_cores)
+
+
 def test_nan_loss_names_the_step(data_cache):
     with pytest.raises(train.NonFiniteLoss, match=r"at step \d+"):
         train.run(_smoke(data_cache, learning_rate=1e30, min_steps=20))
