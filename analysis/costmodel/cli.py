@@ -122,6 +122,12 @@ def _print_parts(s: dict) -> None:
         print(f"identical work: the stamped augmentation's CPU per sample differed between a configuration's "
               f"repeats by a median {s['median_work_spread']:.1%}, max {s['max_work_spread']:.1%} (the machine's own "
               f"steadiness)")
+    f = s.get("noise_floor")
+    if f:
+        print(f"noise floor: a model that predicted every configuration exactly would score a median "
+              f"{f['median_abs_rel_error']:.1%}, max {f['max_abs_rel_error']:.1%}, Kendall tau {f['kendall_tau']:.2f} "
+              f"against these measurements (one run's noise {f['noise_sd']:.1%} rms, from the repeats) and meet "
+              f"the goal (median <= 5%, max <= 15%, tau >= 0.8) in {f['p_goal']:.0%} of {f['draws']} draws")
     if "median_stage_ratio" in s or "median_step_ratio" in s:
         parts = []
         if "median_stage_ratio" in s:
@@ -175,8 +181,8 @@ def _calibration_stage_probe(model) -> pd.DataFrame | None:
 
 
 def cmd_compare(args) -> int:
-    from analysis.costmodel.evaluate import (host_stage_ratio, other_cpu, other_platform, predicted_vs_measured,
-                                             summary, worst)
+    from analysis.costmodel.evaluate import (host_stage_ratio, noise_floor, other_cpu, other_platform,
+                                             predicted_vs_measured, summary, worst)
     from analysis.costmodel.model import load, measured_configs
     model = load(args.model)
     _, machine = parse_sets(args.set, knobs=False)
@@ -185,6 +191,7 @@ def cmd_compare(args) -> int:
     other_platform(model, meas, machine.get("hierarchy"))
     cmp = predicted_vs_measured(model, d["rows"], meas, step=args.step, **machine)
     s = summary(cmp)
+    s["noise_floor"] = noise_floor(d["rows"], cmp.config_id)
     s["step"] = args.step
     s.update(machine)
     other = other_cpu(model, meas)
@@ -214,13 +221,14 @@ def cmd_compare(args) -> int:
 
 
 def cmd_cv(args) -> int:
-    from analysis.costmodel.evaluate import cross_validate, summary, worst
+    from analysis.costmodel.evaluate import cross_validate, noise_floor, summary, worst
     d = read_dir(args.results)
     cmp = cross_validate(d["rows"], kind=args.kind, folds=args.folds, seed=args.seed, probes=d["probes"],
                          steps=d["steps"], step_probe=d["step_probe"], stage_probe=d["stage_probe"],
                          loader_probe=d["loader_probe"] if args.loader_probe else None, step=args.step,
                          worker_probe=d["worker_probe"], hold_out_probes=not args.keep_probes)
     s = summary(cmp)
+    s["noise_floor"] = noise_floor(d["rows"], cmp.config_id)
     s["kind"] = args.kind
     s["step"] = args.step
     s["probes"] = "kept" if args.keep_probes else "held out"
@@ -260,7 +268,7 @@ def cmd_holdout(args) -> int:
         if path and not Path(path).resolve().parent.is_dir():
             raise CostModelError(f"{flag} {path!r}: its folder does not exist; create it or give another path")
     pairs = find_pairs(args.folders, [tuple(p) for p in args.pair])
-    results = evaluate_pairs(pairs, jobs=args.jobs, progress=True)
+    results = evaluate_pairs(pairs, jobs=args.jobs, progress=True, goal=goal)
     table = table_of(results, goal)
     if args.out:
         table.to_csv(args.out, index=False)
@@ -285,6 +293,14 @@ def cmd_holdout(args) -> int:
           + (f" ({', '.join(m['pairs_meeting_both'])})" if m["pairs_meeting_both"] else ""))
     print(f"with cv_kept (cv --keep_probes) for cv: {m['n_meeting_both_kept']} of {m['n_pairs']} pair(s)"
           + (f" ({', '.join(m['pairs_meeting_both_kept'])})" if m["pairs_meeting_both_kept"] else ""))
+    if "exact_meeting_both" in m:
+        print(f"noise floor: a model that predicted every configuration exactly would meet the goal, against the "
+              f"same measurements, in {m['exact_meeting_cv']:.1f} (cv) and {m['exact_meeting_compare']:.1f} (compare) "
+              f"of {m['n_pairs']} pairs and in both in {m['exact_meeting_both']:.1f} (expected counts over each "
+              f"pair's draws)")
+        for cpu, e in m["exact_by_cpu"].items():
+            print(f"  {cpu}: {e['n_pairs']} pair(s); the model meets both in {e['n_meeting_both']}, an exact model "
+                  f"in {e['exact_meeting_both']:.1f}")
     for path in (args.out, args.errors_out):
         if path:
             print(f"wrote {path}")

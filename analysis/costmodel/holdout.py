@@ -52,6 +52,9 @@ MIN_BIAS_PAIRS = 3
 #: the summary keys carried into a pair's row, per check
 KEYS = ("median_abs_rel_error", "max_abs_rel_error", "kendall_tau", "n", "median_interval_width",
         "median_work_spread")
+#: the noise floor's keys carried into a pair's row, per check, as ``<check>_floor_<key>``
+#: (:func:`analysis.costmodel.evaluate.noise_floor`)
+FLOOR_KEYS = ("median_abs_rel_error", "max_abs_rel_error", "kendall_tau", "p_goal", "noise_sd")
 
 
 def _natural(name: str) -> list:
@@ -109,12 +112,13 @@ def meets(s: dict, goal: dict = GOAL) -> bool:
                 and s["kendall_tau"] >= goal["kendall_tau"])
 
 
-def evaluate_pair(name: str, study: str, second: str) -> dict:
+def evaluate_pair(name: str, study: str, second: str, goal: dict = GOAL) -> dict:
     """Both checks of one pair: the summaries of ``costmodel cv STUDY`` and of ``costmodel compare``
     (the model fitted on STUDY, predicting SECOND), as those commands compute them, and of
-    ``costmodel cv STUDY --keep_probes``."""
+    ``costmodel cv STUDY --keep_probes``; each with its noise floor (what an exact model would score
+    against the same measurements, and how often it would meet ``goal``)."""
     from analysis.costmodel.cli import read_dir
-    from analysis.costmodel.evaluate import cross_validate, other_platform, predicted_vs_measured, summary
+    from analysis.costmodel.evaluate import cross_validate, noise_floor, other_platform, predicted_vs_measured, summary
     from analysis.costmodel.model import fit, measured_configs
     d = read_dir(study)
 
@@ -130,8 +134,11 @@ def evaluate_pair(name: str, study: str, second: str) -> dict:
     other_platform(model, meas, None)
     frames = {"cv": cv(True), "cv_kept": cv(False), "compare": predicted_vs_measured(model, s2["rows"], meas)}
     env = model.environment
+    sums = {check: summary(f) for check, f in frames.items()}
+    for check, f in frames.items():
+        sums[check]["noise_floor"] = noise_floor((s2 if check == "compare" else d)["rows"], f.config_id, goal)
     return {"pair": name, "cpu_model": env.get("cpu_model", ""), "git_commit": env.get("git_commit", "")[:7],
-            **{check: summary(f) for check, f in frames.items()},
+            **sums,
             "errors": {check: f[[c for c in ("config_id", *CONFIG_KEY, "measured", "predicted", "rel_error") if c in f]]
                        for check, f in frames.items()}}
 
@@ -143,7 +150,13 @@ def _row(res: dict, goal: dict) -> dict:
         for k in KEYS:
             row[f"{short}_{k}"] = s.get(k, math.nan)
         row[f"{short}_meets"] = meets(s, goal)
+        f = s.get("noise_floor") or {}
+        for k in FLOOR_KEYS:
+            row[f"{short}_floor_{k}"] = f.get(k, math.nan)
     row["both_meet"] = row["cv_meets"] and row["cmp_meets"]
+    # the measurements of the two checks are apart (the study's rows, the second sweep's): an exact
+    # model meets both with the product of the two chances
+    row["floor_p_both"] = row["cv_floor_p_goal"] * row["cmp_floor_p_goal"]
     return row
 
 
@@ -153,7 +166,7 @@ def holdout(pairs: list[tuple[str, str, str]], jobs: int = 1, goal: dict = GOAL,
     meets ``goal``, and ``both_meet``. ``jobs`` worker processes (spawned: each pair is fitted apart,
     so the rows do not depend on ``jobs``); a pair that cannot be evaluated raises CostModelError
     naming it, and the rest are not waited for."""
-    return table_of(evaluate_pairs(pairs, jobs, progress), goal)
+    return table_of(evaluate_pairs(pairs, jobs, progress, goal), goal)
 
 
 def table_of(results: list[dict], goal: dict = GOAL) -> pd.DataFrame:
@@ -161,9 +174,13 @@ def table_of(results: list[dict], goal: dict = GOAL) -> pd.DataFrame:
     return pd.DataFrame([_row(r, goal) for r in results])
 
 
-def evaluate_pairs(pairs: list[tuple[str, str, str]], jobs: int = 1, progress: bool = False) -> list[dict]:
+def evaluate_pairs(pairs: list[tuple[str, str, str]], jobs: int = 1, progress: bool = False,
+                   goal: dict = GOAL) -> list[dict]:
     """:func:`evaluate_pair` of each pair (in the order given), in ``jobs`` worker processes: each
-    check's summary and its per-configuration errors (``errors``, for :func:`errors_of`)."""
+    check's summary (its noise floor's chance of meeting ``goal`` included) and its per-configuration
+    errors (``errors``, for :func:`errors_of`)."""
+    import functools
+    run = functools.partial(_evaluate, goal=goal)
     if not isinstance(jobs, int) or jobs < 1:
         raise CostModelError(f"holdout: jobs={jobs!r}; give a positive number of worker processes")
     from analysis.interrupt import check
@@ -171,7 +188,7 @@ def evaluate_pairs(pairs: list[tuple[str, str, str]], jobs: int = 1, progress: b
         results = []
         if jobs == 1 or len(pairs) == 1:
             for p in pairs:
-                results.append(_evaluate(p))
+                results.append(run(p))
                 check()
                 bar.update()
         else:
@@ -179,7 +196,7 @@ def evaluate_pairs(pairs: list[tuple[str, str, str]], jobs: int = 1, progress: b
             # spawned workers that ignore Ctrl-C: the interrupt is the parent's to act on, and leaving
             # the pool's block terminates them (Pool.__exit__), whatever they were doing
             with multiprocessing.get_context("spawn").Pool(min(jobs, len(pairs)), initializer=_ignore_sigint) as pool:
-                it = pool.imap(_evaluate, pairs)
+                it = pool.imap(run, pairs)
                 while len(results) < len(pairs):
                     check()
                     try:
@@ -195,10 +212,10 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _evaluate(pair: tuple[str, str, str]) -> dict:
+def _evaluate(pair: tuple[str, str, str], goal: dict = GOAL) -> dict:
     """:func:`evaluate_pair`, with the pair named in its error."""
     try:
-        return evaluate_pair(*pair)
+        return evaluate_pair(*pair, goal=goal)
     except CostModelError as e:
         raise CostModelError(f"pair {pair[0]}: {e}") from None
 
@@ -221,6 +238,16 @@ def medians(table: pd.DataFrame) -> dict:
     kept_both = table.cvk_meets & table.cmp_meets
     out["n_meeting_both_kept"] = int(kept_both.sum())
     out["pairs_meeting_both_kept"] = table.pair[kept_both].tolist()
+    # the noise floor: how many pairs a model that predicted every configuration exactly would be
+    # expected to meet the goal in, against the same measurements (the sum of each pair's chance)
+    if "floor_p_both" in table and np.isfinite(table.floor_p_both.to_numpy(float)).any():
+        for check, short in CHECKS:
+            out[f"exact_meeting_{check}"] = float(np.nansum(table[f"{short}_floor_p_goal"].to_numpy(float)))
+        out["exact_meeting_both"] = float(np.nansum(table.floor_p_both.to_numpy(float)))
+        out["exact_by_cpu"] = {str(cpu) or "(not recorded)": {
+            "n_pairs": int(len(g)), "n_meeting_both": int(g.both_meet.sum()),
+            "exact_meeting_both": float(np.nansum(g.floor_p_both.to_numpy(float)))}
+            for cpu, g in table.groupby(table.cpu_model.fillna("").astype(str), sort=True)}
     return out
 
 
@@ -354,11 +381,11 @@ def format_table(table: pd.DataFrame) -> str:
             cells += [pct(r[f"{s}_median_abs_rel_error"]), pct(r[f"{s}_max_abs_rel_error"]),
                       f"{r[f'{s}_kendall_tau']:.2f}", pct(r[f"{s}_median_interval_width"]),
                       "yes" if r[f"{s}_meets"] else ""]
-        cells += [pct(r["cmp_median_work_spread"]), "yes" if r.both_meet else ""]
+        cells += [pct(r["cmp_median_work_spread"]), "yes" if r.both_meet else "", pct(r.get("floor_p_both", math.nan))]
         cells += [pct(r["cvk_median_abs_rel_error"]), pct(r["cvk_max_abs_rel_error"]), f"{r['cvk_kendall_tau']:.2f}",
                   "yes" if r.cvk_meets else ""]
         lines.append(cells)
     head = ["pair", "cpu", "commit", "cv med%", "cv max%", "cv tau", "cv width%", "cv meets",
-            "cmp med%", "cmp max%", "cmp tau", "cmp width%", "cmp meets", "cmp spread%", "both",
+            "cmp med%", "cmp max%", "cmp tau", "cmp width%", "cmp meets", "cmp spread%", "both", "exact both%",
             "kept cv med%", "kept cv max%", "kept cv tau", "kept cv meets"]
     return pd.DataFrame(lines, columns=head).to_string(index=False)

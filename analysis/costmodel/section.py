@@ -22,7 +22,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from analysis.costmodel.evaluate import compare, cross_validate, summary, whatif, worst  # noqa: E402
+from analysis.costmodel.evaluate import compare, cross_validate, noise_floor, summary, whatif, worst  # noqa: E402
 from analysis.costmodel.features import CostModelError  # noqa: E402
 from analysis.costmodel.model import components, fit, measured_configs, predict, transfer_from_probes  # noqa: E402
 from analysis.figures import save  # noqa: E402
@@ -114,6 +114,7 @@ def _calibration(study) -> dict:
         cmp = both[both.step == "predicted"].drop(columns="step").reset_index(drop=True)
         cmp_step = both[both.step == "measured"].drop(columns="step").reset_index(drop=True)
         out = {"meas": meas, "model": model, "cmp": cmp, "cmp_step": cmp_step, "folds": folds,
+               "floor": noise_floor(rows, cmp.config_id),
                "probed": step_probe is not None, "stage_probed": stage_probe is not None,
                "worker_probed": model.stats.get("worker_probe_shapes", 0) > 0}
     except CostModelError as e:
@@ -170,7 +171,14 @@ def predicted_section(study) -> str:
                  if "median_abs_step_part" in s else "")
               + f". For scale: the sweep's own repeats "
               f"vary by a median CV of {repeatability(meas):.1%} (samples/s), and no prediction can be "
-              f"checked more tightly than its measurement.", "",
+              f"checked more tightly than its measurement."
+              + (f" A model that predicted every configuration exactly would score a median "
+                 f"{c['floor']['median_abs_rel_error']:.1%}, max {c['floor']['max_abs_rel_error']:.1%}, τ "
+                 f"{c['floor']['kendall_tau']:.2f} against these measurements, and meet the goal in "
+                 f"{c['floor']['p_goal']:.0%} of {c['floor']['draws']} draws of their noise (one run's: "
+                 f"{c['floor']['noise_sd']:.1%} rms of log samples/s, pooled from the repeats; "
+                 f"`analysis.costmodel.evaluate.noise_floor`): the check's noise floor."
+                 if c.get("floor") else ""), "",
               f"Reproduce: `python -m analysis costmodel cv {study.path} --json` (add `--step measured` for "
               f"the second).", "",
               f"![predicted vs measured]({PRED_FILE})", ""]

@@ -745,6 +745,85 @@ def test_compare_says_how_fast_the_machine_ran_against_calibration():
     assert "median_step_ratio" not in summary(compare(slow, ms))
 
 
+def _noisy_rows(sd: float, configs: int = 60, repeats: int = 2, seed: int = 0) -> pd.DataFrame:
+    """``configs`` configurations from 500 to 5 000 samples/s, each run ``repeats`` times with
+    log-normal noise of ``sd``."""
+    rng = np.random.default_rng(seed)
+    true = np.repeat(np.geomspace(500, 5000, configs), repeats)
+    return pd.DataFrame({"config_id": np.repeat([f"c{i:03d}" for i in range(configs)], repeats), "status": "ok",
+                         "repeat": np.tile(np.arange(repeats), configs),
+                         "samples_per_s": true * np.exp(rng.normal(0, sd, configs * repeats))})
+
+
+@pytest.mark.parametrize("sd", [0.02, 0.08])
+def test_noise_floor_of_known_noise_is_what_an_exact_model_scores_against_it(sd):
+    # the rows' repeats carry log-normal noise of sd; an exact model's error against a configuration's
+    # median of two is the mean of two draws: |N(0, sd²/2)|, whose median is 0.674 sd / √2. Checked
+    # against the theory and against a direct simulation of exact predictions on fresh noise
+    from analysis.costmodel.evaluate import noise_floor
+    from scipy.stats import kendalltau
+    f = noise_floor(_noisy_rows(sd, configs=300))
+    assert f["n"] == 300 and f["draws"] > 0
+    assert f["noise_sd"] == pytest.approx(sd, rel=0.1)
+    assert f["median_abs_rel_error"] == pytest.approx(0.6745 * sd / np.sqrt(2), rel=0.15)
+    rng = np.random.default_rng(1)
+    true = np.geomspace(500, 5000, 17)
+    sims = [true * np.exp(rng.normal(0, sd, (2, 17))).mean(axis=0) for _ in range(400)]
+    direct = {"median_abs_rel_error": np.median([np.median(np.abs(true / m - 1)) for m in sims]),
+              "max_abs_rel_error": np.median([np.max(np.abs(true / m - 1)) for m in sims]),
+              "kendall_tau": np.median([kendalltau(true, m).statistic for m in sims])}
+    small = noise_floor(_noisy_rows(sd, configs=17, seed=2).pipe(
+        lambda r: pd.concat([r] + [_noisy_rows(sd, configs=17, seed=s).assign(
+            config_id=lambda x, s=s: x.config_id + f"-{s}") for s in range(3, 12)], ignore_index=True)),
+        config_ids=[f"c{i:03d}" for i in range(17)])
+    # 17 configurations scored, their noise pooled from 170: the floor of a check of 17
+    assert small["n"] == 17
+    for k in ("median_abs_rel_error", "max_abs_rel_error"):
+        assert small[k] == pytest.approx(direct[k], rel=0.3), k
+    assert small["kendall_tau"] == pytest.approx(direct["kendall_tau"], abs=0.08)
+
+
+def test_noise_floor_says_when_the_goal_is_below_the_measurements():
+    from analysis.costmodel.evaluate import noise_floor
+    assert noise_floor(_noisy_rows(0.01, configs=17))["p_goal"] == 1.0  # 1% noise: an exact model always meets it
+    assert noise_floor(_noisy_rows(0.4, configs=17))["p_goal"] < 0.01  # 40% (read as 24%: two repeats of 17): never
+    # a looser goal is met more often by the same exact model
+    rows = _noisy_rows(0.15, configs=17)
+    strict = noise_floor(rows)["p_goal"]
+    loose = noise_floor(rows, goal={"median_abs_rel_error": 0.1, "max_abs_rel_error": 0.3, "kendall_tau": 0.5})["p_goal"]
+    assert 0 < strict < loose <= 1
+
+
+def test_noise_floor_reads_the_ok_rows_of_the_configurations_checked():
+    from analysis.costmodel.evaluate import noise_floor
+    rows = _noisy_rows(0.05, configs=20)
+    base = noise_floor(rows)
+    # a failed row's value is not a measurement; nor are configurations outside the check
+    junk = rows.iloc[[0]].assign(status="failed", samples_per_s=1e9)
+    other = _noisy_rows(0.5, configs=20, seed=7).assign(config_id=lambda x: "z" + x.config_id)
+    got = noise_floor(pd.concat([rows, junk, other], ignore_index=True), config_ids=rows.config_id.unique())
+    assert got == base
+    # identical repeats: no noise, an exact model scores 0
+    exact = noise_floor(rows.assign(samples_per_s=rows.groupby("config_id").samples_per_s.transform("first")))
+    assert exact["noise_sd"] == 0 and exact["max_abs_rel_error"] == 0 and exact["p_goal"] == 1
+    # three repeats pool as well as two (their deviations scaled to one run's)
+    three = noise_floor(_noisy_rows(0.05, configs=200, repeats=3))
+    assert three["noise_sd"] == pytest.approx(0.05, rel=0.1)
+    # fewer than two configurations with repeats: no floor to state
+    assert noise_floor(rows.drop_duplicates("config_id")) is None
+    assert noise_floor(rows[rows.config_id.isin(["c000"])]) is None
+
+
+def test_kendall_tau_of_the_noise_floor_is_scipys():
+    from analysis.costmodel.evaluate import _kendall_tau_b
+    from scipy.stats import kendalltau
+    rng = np.random.default_rng(3)
+    x = np.round(rng.normal(size=15), 1)  # with ties
+    y = np.round(rng.normal(size=(5, 15)), 1)
+    got = _kendall_tau_b(x, y)
+    assert got == pytest.approx([kendalltau(x, row).statistic for row in y])
+
+
 def test_held_out_predictions_of_noisy_rows_are_within_their_noise():
     rows = synthetic_rows(noise=0.02, seed=1)
     cmp = costmodel.cross_validate(rows, kind="kfold", folds=4)
@@ -1183,6 +1262,16 @@ def test_command_line_fit_compare_whatif(tmp_path, capsys):
     meas = costmodel.measured_configs(pd.read_csv(STUDY / "rows.csv"))
     width = (meas.samples_per_s_hi - meas.samples_per_s_lo) / meas.samples_per_s
     assert s["median_interval_width"] == pytest.approx(width.median()) and s["max_interval_width"] == pytest.approx(width.max())
+    # the noise floor: one run's noise is the pooled standard deviation of log samples/s over the
+    # configurations' repeats (computed here the textbook way), and an exact model's chance is a share
+    ok = pd.read_csv(STUDY / "rows.csv").query("status == 'ok'")
+    lg = np.log(ok.samples_per_s)
+    dev2 = ((lg - lg.groupby(ok.config_id).transform("mean")) ** 2).groupby(ok.config_id).sum()
+    dof = ok.groupby("config_id").size() - 1
+    f = s["noise_floor"]
+    assert f["noise_sd"] == pytest.approx(np.sqrt(dev2.sum() / dof.sum())) and f["n"] == n
+    assert 0 <= f["p_goal"] <= 1 and 0 < f["median_abs_rel_error"] <= f["max_abs_rel_error"]
+    assert "noise floor: a model that predicted every configuration exactly" in out
     rc, out, err = _main(capsys, "whatif", m, "--set", "hierarchy=h100_sxm", "--json")
     assert rc == 0, err
     w = json.loads(out.strip().splitlines()[-1])

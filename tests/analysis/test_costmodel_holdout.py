@@ -70,6 +70,21 @@ def test_each_pair_gets_what_cv_and_compare_wrote_for_it(two_pairs):
     lines = out.splitlines()
     assert any(ln.split()[:1] == ["pair37"] for ln in lines) and "met by both checks" in out
     assert "with cv_kept (cv --keep_probes) for cv" in out
+    # each check's noise floor, from its own rows (the study's for cv, the second sweep's for compare)
+    from analysis.costmodel.evaluate import noise_floor
+    for pair, short, folder in (("pair37", "cv", "study"), ("pair37", "cmp", "second"), ("pair13", "cmp", "second")):
+        want = noise_floor(pd.read_csv(HOLDOUT / pair / folder / "rows.csv"))
+        for k in ho.FLOOR_KEYS:
+            assert rows.loc[pair, f"{short}_floor_{k}"] == pytest.approx(want[k]), (pair, short, k)
+    assert (rows.cv_floor_p_goal == rows.cvk_floor_p_goal).all()  # the same rows, the same floor
+    assert rows.floor_p_both.to_numpy() == pytest.approx((rows.cv_floor_p_goal * rows.cmp_floor_p_goal).to_numpy())
+    assert s["exact_meeting_both"] == pytest.approx(rows.floor_p_both.sum())
+    assert s["exact_meeting_compare"] == pytest.approx(rows.cmp_floor_p_goal.sum())
+    assert {c: e["n_pairs"] for c, e in s["exact_by_cpu"].items()} == table.cpu_model.value_counts().to_dict()
+    # pair13's Xeon repeated itself within 1-3%: an exact model meets both checks almost always there;
+    # pair37's AMD EPYC spread 10-20% between repeats: it almost never does
+    assert rows.loc["pair13", "floor_p_both"] > 0.9 and rows.loc["pair37", "floor_p_both"] < 0.05
+    assert "noise floor: a model that predicted every configuration exactly would meet the goal" in out
 
 
 def _printed_errors(pair: str) -> dict:
