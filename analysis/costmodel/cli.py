@@ -128,6 +128,10 @@ def _print_parts(s: dict) -> None:
               f"{f['median_abs_rel_error']:.1%}, max {f['max_abs_rel_error']:.1%}, Kendall tau {f['kendall_tau']:.2f} "
               f"against these measurements (one run's noise {f['noise_sd']:.1%} rms, from the repeats) and meet "
               f"the goal (median <= 5%, max <= 15%, tau >= 0.8) in {f['p_goal']:.0%} of {f['draws']} draws")
+        if "p_median" in f:
+            said = lambda p: "within the noise" if p >= 0.05 else "beyond the noise"  # noqa: E731
+            print(f"  the exact model errs as much as this model's median in {f['p_median']:.1%} of the draws "
+                  f"({said(f['p_median'])}), as much as its max in {f['p_max']:.1%} ({said(f['p_max'])})")
     if "median_stage_ratio" in s or "median_step_ratio" in s:
         parts = []
         if "median_stage_ratio" in s:
@@ -191,7 +195,7 @@ def cmd_compare(args) -> int:
     other_platform(model, meas, machine.get("hierarchy"))
     cmp = predicted_vs_measured(model, d["rows"], meas, step=args.step, **machine)
     s = summary(cmp)
-    s["noise_floor"] = noise_floor(d["rows"], cmp.config_id)
+    s["noise_floor"] = noise_floor(d["rows"], cmp.config_id, observed=s)
     s["step"] = args.step
     s.update(machine)
     other = other_cpu(model, meas)
@@ -228,7 +232,7 @@ def cmd_cv(args) -> int:
                          loader_probe=d["loader_probe"] if args.loader_probe else None, step=args.step,
                          worker_probe=d["worker_probe"], hold_out_probes=not args.keep_probes)
     s = summary(cmp)
-    s["noise_floor"] = noise_floor(d["rows"], cmp.config_id)
+    s["noise_floor"] = noise_floor(d["rows"], cmp.config_id, observed=s)
     s["kind"] = args.kind
     s["step"] = args.step
     s["probes"] = "kept" if args.keep_probes else "held out"
@@ -298,6 +302,11 @@ def cmd_holdout(args) -> int:
               f"same measurements, in {m['exact_meeting_cv']:.1f} (cv) and {m['exact_meeting_compare']:.1f} (compare) "
               f"of {m['n_pairs']} pairs and in both in {m['exact_meeting_both']:.1f} (expected counts over each "
               f"pair's draws)")
+        beyond = [f"{check} {m[f'n_median_beyond_noise_{check}']} (median) and {m[f'n_max_beyond_noise_{check}']} (max)"
+                  for check, _ in CHECKS if f"n_median_beyond_noise_{check}" in m]
+        if beyond:
+            print(f"pairs whose error is beyond the noise (an exact model as bad in under 5% of draws): "
+                  f"{'; '.join(beyond)}, of {m['n_pairs']}")
         for cpu, e in m["exact_by_cpu"].items():
             print(f"  {cpu}: {e['n_pairs']} pair(s); the model meets both in {e['n_meeting_both']}, an exact model "
                   f"in {e['exact_meeting_both']:.1f}")

@@ -298,7 +298,7 @@ def _kendall_tau_b(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def noise_floor(rows: pd.DataFrame, config_ids=None, goal: dict | None = None, draws: int = FLOOR_DRAWS,
-                seed: int = 0) -> dict | None:
+                seed: int = 0, observed: dict | None = None) -> dict | None:
     """What a model that predicted every configuration *exactly* would score against these measured
     rows: a check's noise floor, from the spread of the rows' own repeats.
 
@@ -315,7 +315,10 @@ def noise_floor(rows: pd.DataFrame, config_ids=None, goal: dict | None = None, d
 
     Returns the medians over ``draws`` draws of the three, ``p_goal`` (the share of draws meeting the
     goal), ``noise_sd`` (one run's noise, rms of log samples/s), ``n`` and ``draws``; None when no
-    two configurations have two repeats each. It is a lower bound on any model's error on these rows:
+    two configurations have two repeats each. With ``observed`` (a model's :func:`summary` on the
+    same configurations), also how often the exact model does as badly: ``p_median`` and ``p_max``,
+    the shares of draws whose median or max |rel error| is at least the observed one. A share under
+    5% says the model's error is beyond what these measurements' noise explains; above, within it. It is a lower bound on any model's error on these rows:
     a model is also fitted on noisy rows, and a cross-validated one on fewer of them. Why this
     exists: over the 129 held-out pairs of 2026-11-25 to 12-01 (results/cpu-2core/holdout/README.md,
     "the noise floor"), an exact model would have met both checks in about 11 of the 29 pairs on the
@@ -333,6 +336,9 @@ def noise_floor(rows: pd.DataFrame, config_ids=None, goal: dict | None = None, d
     True
     >>> noise_floor(rows.assign(samples_per_s=true))["max_abs_rel_error"]  # no noise, no floor
     0.0
+    >>> f = noise_floor(rows, observed={"median_abs_rel_error": 0.05, "max_abs_rel_error": 0.05})
+    >>> f["p_median"], f["p_max"] > 0.99  # a median of 5% is beyond this noise; a max of 5% within it
+    (0.0, True)
     """
     from analysis.costmodel.holdout import GOAL, meets
     goal = GOAL if goal is None else goal
@@ -363,9 +369,13 @@ def noise_floor(rows: pd.DataFrame, config_ids=None, goal: dict | None = None, d
     tau = _kendall_tau_b(truth, truth[None, :] * measured)
     met = [meets({"median_abs_rel_error": a, "max_abs_rel_error": b, "kendall_tau": t}, goal)
            for a, b, t in zip(med, mx, tau)]
-    return {"median_abs_rel_error": float(np.median(med)), "max_abs_rel_error": float(np.median(mx)),
-            "kendall_tau": float(np.nanmedian(tau)), "p_goal": float(np.mean(met)),
-            "noise_sd": float(np.sqrt(np.mean(pool ** 2))), "n": int(n_c), "draws": int(draws)}
+    out = {"median_abs_rel_error": float(np.median(med)), "max_abs_rel_error": float(np.median(mx)),
+           "kendall_tau": float(np.nanmedian(tau)), "p_goal": float(np.mean(met)),
+           "noise_sd": float(np.sqrt(np.mean(pool ** 2))), "n": int(n_c), "draws": int(draws)}
+    if observed is not None:
+        out["p_median"] = float(np.mean(med >= observed["median_abs_rel_error"]))
+        out["p_max"] = float(np.mean(mx >= observed["max_abs_rel_error"]))
+    return out
 
 
 #: a measured window's company worth naming in ``reason``: the hypervisor's steal as a share of the CPU,

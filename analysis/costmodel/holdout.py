@@ -54,7 +54,10 @@ KEYS = ("median_abs_rel_error", "max_abs_rel_error", "kendall_tau", "n", "median
         "median_work_spread")
 #: the noise floor's keys carried into a pair's row, per check, as ``<check>_floor_<key>``
 #: (:func:`analysis.costmodel.evaluate.noise_floor`)
-FLOOR_KEYS = ("median_abs_rel_error", "max_abs_rel_error", "kendall_tau", "p_goal", "noise_sd")
+FLOOR_KEYS = ("median_abs_rel_error", "max_abs_rel_error", "kendall_tau", "p_goal", "noise_sd", "p_median", "p_max")
+#: an exact model's share of draws at least as bad as the model, under which the model's error is
+#: beyond what the measurements' noise explains (:func:`medians`)
+BEYOND_NOISE = 0.05
 
 
 def _natural(name: str) -> list:
@@ -136,7 +139,8 @@ def evaluate_pair(name: str, study: str, second: str, goal: dict = GOAL) -> dict
     env = model.environment
     sums = {check: summary(f) for check, f in frames.items()}
     for check, f in frames.items():
-        sums[check]["noise_floor"] = noise_floor((s2 if check == "compare" else d)["rows"], f.config_id, goal)
+        sums[check]["noise_floor"] = noise_floor((s2 if check == "compare" else d)["rows"], f.config_id, goal,
+                                                 observed=sums[check])
     return {"pair": name, "cpu_model": env.get("cpu_model", ""), "git_commit": env.get("git_commit", "")[:7],
             **sums,
             "errors": {check: f[[c for c in ("config_id", *CONFIG_KEY, "measured", "predicted", "rel_error") if c in f]]
@@ -244,6 +248,11 @@ def medians(table: pd.DataFrame) -> dict:
         for check, short in CHECKS:
             out[f"exact_meeting_{check}"] = float(np.nansum(table[f"{short}_floor_p_goal"].to_numpy(float)))
         out["exact_meeting_both"] = float(np.nansum(table.floor_p_both.to_numpy(float)))
+        for check, short in CHECKS:
+            for k in ("median", "max"):
+                p = table.get(f"{short}_floor_p_{k}")
+                if p is not None and np.isfinite(p.to_numpy(float)).any():
+                    out[f"n_{k}_beyond_noise_{check}"] = int((p.to_numpy(float) < BEYOND_NOISE).sum())
         out["exact_by_cpu"] = {str(cpu) or "(not recorded)": {
             "n_pairs": int(len(g)), "n_meeting_both": int(g.both_meet.sum()),
             "exact_meeting_both": float(np.nansum(g.floor_p_both.to_numpy(float)))}

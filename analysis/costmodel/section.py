@@ -114,7 +114,7 @@ def _calibration(study) -> dict:
         cmp = both[both.step == "predicted"].drop(columns="step").reset_index(drop=True)
         cmp_step = both[both.step == "measured"].drop(columns="step").reset_index(drop=True)
         out = {"meas": meas, "model": model, "cmp": cmp, "cmp_step": cmp_step, "folds": folds,
-               "floor": noise_floor(rows, cmp.config_id),
+               "floor": noise_floor(rows, cmp.config_id, observed=summary(cmp)),
                "probed": step_probe is not None, "stage_probed": stage_probe is not None,
                "worker_probed": model.stats.get("worker_probe_shapes", 0) > 0}
     except CostModelError as e:
@@ -177,7 +177,11 @@ def predicted_section(study) -> str:
                  f"{c['floor']['kendall_tau']:.2f} against these measurements, and meet the goal in "
                  f"{c['floor']['p_goal']:.0%} of {c['floor']['draws']} draws of their noise (one run's: "
                  f"{c['floor']['noise_sd']:.1%} rms of log samples/s, pooled from the repeats; "
-                 f"`analysis.costmodel.evaluate.noise_floor`): the check's noise floor."
+                 f"`analysis.costmodel.evaluate.noise_floor`): the check's noise floor. The exact model errs "
+                 f"as much as this model's held-out median in {c['floor']['p_median']:.0%} of the draws and as "
+                 f"much as its max in {c['floor']['p_max']:.0%}: the model's median error is "
+                 + ("within" if c['floor']['p_median'] >= 0.05 else "beyond") + " the measurements' noise, its max "
+                 + ("within" if c['floor']['p_max'] >= 0.05 else "beyond") + " it."
                  if c.get("floor") else ""), "",
               f"Reproduce: `python -m analysis costmodel cv {study.path} --json` (add `--step measured` for "
               f"the second).", "",

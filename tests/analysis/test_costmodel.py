@@ -1272,6 +1272,9 @@ def test_command_line_fit_compare_whatif(tmp_path, capsys):
     assert f["noise_sd"] == pytest.approx(np.sqrt(dev2.sum() / dof.sum())) and f["n"] == n
     assert 0 <= f["p_goal"] <= 1 and 0 < f["median_abs_rel_error"] <= f["max_abs_rel_error"]
     assert "noise floor: a model that predicted every configuration exactly" in out
+    # how often the exact model errs as much as this one: a share, and the printed verdict with it
+    assert 0 <= f["p_median"] <= 1 and 0 <= f["p_max"] <= 1
+    assert ("within the noise" if f["p_median"] >= 0.05 else "beyond the noise") in out
     rc, out, err = _main(capsys, "whatif", m, "--set", "hierarchy=h100_sxm", "--json")
     assert rc == 0, err
     w = json.loads(out.strip().splitlines()[-1])

@@ -73,7 +73,8 @@ def test_each_pair_gets_what_cv_and_compare_wrote_for_it(two_pairs):
     # each check's noise floor, from its own rows (the study's for cv, the second sweep's for compare)
     from analysis.costmodel.evaluate import noise_floor
     for pair, short, folder in (("pair37", "cv", "study"), ("pair37", "cmp", "second"), ("pair13", "cmp", "second")):
-        want = noise_floor(pd.read_csv(HOLDOUT / pair / folder / "rows.csv"))
+        check = "cv" if short == "cv" else "compare"
+        want = noise_floor(pd.read_csv(HOLDOUT / pair / folder / "rows.csv"), observed=_committed(pair, check))
         for k in ho.FLOOR_KEYS:
             assert rows.loc[pair, f"{short}_floor_{k}"] == pytest.approx(want[k]), (pair, short, k)
     assert (rows.cv_floor_p_goal == rows.cvk_floor_p_goal).all()  # the same rows, the same floor
@@ -85,6 +86,8 @@ def test_each_pair_gets_what_cv_and_compare_wrote_for_it(two_pairs):
     # pair37's AMD EPYC spread 10-20% between repeats: it almost never does
     assert rows.loc["pair13", "floor_p_both"] > 0.9 and rows.loc["pair37", "floor_p_both"] < 0.05
     assert "noise floor: a model that predicted every configuration exactly would meet the goal" in out
+    assert s["n_max_beyond_noise_cv"] == int((rows.cv_floor_p_max < ho.BEYOND_NOISE).sum())
+    assert s["n_median_beyond_noise_compare"] == int((rows.cmp_floor_p_median < ho.BEYOND_NOISE).sum())
 
 
 def _printed_errors(pair: str) -> dict:
