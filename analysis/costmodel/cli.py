@@ -225,17 +225,28 @@ def cmd_compare(args) -> int:
 
 
 def cmd_cv(args) -> int:
-    from analysis.costmodel.evaluate import cross_validate, noise_floor, summary, worst
+    from analysis.costmodel.evaluate import cross_validate, noise_floor, self_consistent_rows, summary, worst
     d = read_dir(args.results)
+    if args.self_check:
+        from analysis.costmodel.model import fit
+        model = fit(d["rows"], d["probes"], d["steps"], d["step_probe"], sources=[args.results],
+                    loader_probe=d["loader_probe"] if args.loader_probe else None, stage_probe=d["stage_probe"],
+                    worker_probe=d["worker_probe"])
+        d["rows"] = self_consistent_rows(model, d["rows"])
+        print("self-check: every run's samples/s replaced by the model's own prediction (fitted on all of "
+              "these rows), then cross-validated as the measured rows are: the check's best for this design "
+              "and model, without the machine's noise")
     cmp = cross_validate(d["rows"], kind=args.kind, folds=args.folds, seed=args.seed, probes=d["probes"],
                          steps=d["steps"], step_probe=d["step_probe"], stage_probe=d["stage_probe"],
                          loader_probe=d["loader_probe"] if args.loader_probe else None, step=args.step,
                          worker_probe=d["worker_probe"], hold_out_probes=not args.keep_probes)
     s = summary(cmp)
-    s["noise_floor"] = noise_floor(d["rows"], cmp.config_id, observed=s)
+    if not args.self_check:  # (the model's own predictions have no noise to speak of)
+        s["noise_floor"] = noise_floor(d["rows"], cmp.config_id, observed=s)
     s["kind"] = args.kind
     s["step"] = args.step
     s["probes"] = "kept" if args.keep_probes else "held out"
+    s["self_check"] = bool(args.self_check)
     print(cmp[["fold", "config_id", "measured", "predicted", "rel_error", "within_noise", "bottleneck",
                "extrapolated"]].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     for _, r in worst(cmp).iterrows():
@@ -362,6 +373,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
     v.add_argument("--step", choices=("predicted", "measured"), default="predicted",
                    help="the held-out configurations' step: from the step model (default), or their own measured "
                         "device-resident bound (then only the pipeline around the step is predicted)")
+    v.add_argument("--self_check", action="store_true",
+                   help="cross-validate the model's own noise-free predictions instead of the measured samples/s "
+                        "(every other column as measured): what the check can show at best for this design and "
+                        "model (analysis.costmodel.evaluate.self_consistent_rows)")
     v.add_argument("--keep_probes", action="store_true",
                    help="keep the held-out configurations' own shapes in the step, stage and worker probes (by "
                         "default they are held out with the configurations; a study measures its probes over its "

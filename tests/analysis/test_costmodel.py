@@ -833,6 +833,34 @@ def test_held_out_predictions_of_noisy_rows_are_within_their_noise():
     assert set(lokvo.fold) == {"num_workers=0", "num_workers=1", "num_workers=2"}
 
 
+def test_self_consistent_rows_are_the_models_own_predictions_and_nothing_else():
+    from analysis.costmodel.evaluate import self_consistent_rows
+    rows = synthetic_rows(noise=0.05, seed=1)
+    rows = pd.concat([rows, rows.iloc[[0]].assign(status="failed", samples_per_s=1.0)], ignore_index=True)
+    model = costmodel.fit(rows)
+    syn = self_consistent_rows(model, rows)
+    ok = rows.status == "ok"
+    meas = costmodel.model.measured_configs(rows)
+    want = dict(zip(meas.config_id, costmodel.predict(model, meas).samples_per_s))
+    assert syn.samples_per_s[ok].to_numpy() == pytest.approx(rows.config_id[ok].map(want).to_numpy())
+    assert syn.samples_per_s[~ok].tolist() == [1.0]  # a failed row is not a measurement to replace
+    assert syn.drop(columns="samples_per_s").equals(rows.drop(columns="samples_per_s"))
+    # the repeats of a configuration agree now: no noise left
+    assert (syn[ok].groupby("config_id").samples_per_s.nunique() == 1).all()
+
+
+def test_self_check_of_a_design_that_pins_every_parameter_is_near_exact():
+    # rows made by the true model (noise-free, 24 random configurations): their own fit, cross-validated
+    # on its own predictions, predicts the held-out ones within a few percent. The same machinery on a
+    # design that holds a configuration's cell once (the quick study's) errs by far more
+    # (results/cpu-2core/holdout/README.md, "Self-consistency")
+    from analysis.costmodel.evaluate import self_consistent_rows
+    rows = synthetic_rows(noise=0.0, seed=1)
+    syn = self_consistent_rows(costmodel.fit(rows), rows)
+    s = costmodel.summary(costmodel.cross_validate(syn, kind="kfold", folds=4))
+    assert s["median_abs_rel_error"] < 0.02 and s["max_abs_rel_error"] < 0.1 and s["kendall_tau"] > 0.9, s
+
+
 def synthetic_probes(model_names=("mlp", "cnn")):
     """Component-probe rows made by the model at TRUE: steps over a grid of shapes, and the loader
     alone (its batch plus the per-batch work) over every source, image size and augmentation."""
@@ -1275,6 +1303,12 @@ def test_command_line_fit_compare_whatif(tmp_path, capsys):
     # how often the exact model errs as much as this one: a share, and the printed verdict with it
     assert 0 <= f["p_median"] <= 1 and 0 <= f["p_max"] <= 1
     assert ("within the noise" if f["p_median"] >= 0.05 else "beyond the noise") in out
+    # the self-check: the same cross-validation of the model's own noise-free predictions
+    rc, out, err = _main(capsys, "costmodel", "cv", STUDY, "--self_check", "--json")
+    assert rc == 0, err
+    sc = json.loads(out.strip().splitlines()[-1])
+    assert sc["self_check"] is True and sc["n"] == n and "noise_floor" not in sc and out.startswith("self-check:")
+    assert sc["median_interval_width"] == 0  # its repeats agree: each run is its configuration's prediction
     rc, out, err = _main(capsys, "whatif", m, "--set", "hierarchy=h100_sxm", "--json")
     assert rc == 0, err
     w = json.loads(out.strip().splitlines()[-1])
