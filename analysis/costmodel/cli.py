@@ -124,14 +124,17 @@ def _print_parts(s: dict) -> None:
               f"steadiness)")
     f = s.get("noise_floor")
     if f:
+        from analysis.costmodel.evaluate import noise_verdict
+        from analysis.costmodel.holdout import GOAL
         print(f"noise floor: a model that predicted every configuration exactly would score a median "
               f"{f['median_abs_rel_error']:.1%}, max {f['max_abs_rel_error']:.1%}, Kendall tau {f['kendall_tau']:.2f} "
               f"against these measurements (one run's noise {f['noise_sd']:.1%} rms, from the repeats) and meet "
-              f"the goal (median <= 5%, max <= 15%, tau >= 0.8) in {f['p_goal']:.0%} of {f['draws']} draws")
+              f"the goal (median <= {GOAL['median_abs_rel_error']:.0%}, max <= {GOAL['max_abs_rel_error']:.0%}, "
+              f"tau >= {GOAL['kendall_tau']:g}) in {f['p_goal']:.0%} of {f['draws']} draws")
         if "p_median" in f:
-            said = lambda p: "within the noise" if p >= 0.05 else "beyond the noise"  # noqa: E731
             print(f"  the exact model errs as much as this model's median in {f['p_median']:.1%} of the draws "
-                  f"({said(f['p_median'])}), as much as its max in {f['p_max']:.1%} ({said(f['p_max'])})")
+                  f"({noise_verdict(f['p_median'])} the noise), as much as its max in {f['p_max']:.1%} "
+                  f"({noise_verdict(f['p_max'])} the noise)")
     if "median_stage_ratio" in s or "median_step_ratio" in s:
         parts = []
         if "median_stage_ratio" in s:

@@ -36,6 +36,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+# BEYOND_NOISE: under this share of an exact model's draws as bad as the model, its error is beyond
+# the noise (counted by medians)
+from analysis.costmodel.evaluate import BEYOND_NOISE
 from analysis.costmodel.features import CostModelError
 
 #: the goal each check is held to: median |rel error|, max |rel error|, Kendall's τ
@@ -55,9 +58,6 @@ KEYS = ("median_abs_rel_error", "max_abs_rel_error", "kendall_tau", "n", "median
 #: the noise floor's keys carried into a pair's row, per check, as ``<check>_floor_<key>``
 #: (:func:`analysis.costmodel.evaluate.noise_floor`)
 FLOOR_KEYS = ("median_abs_rel_error", "max_abs_rel_error", "kendall_tau", "p_goal", "noise_sd", "p_median", "p_max")
-#: an exact model's share of draws at least as bad as the model, under which the model's error is
-#: beyond what the measurements' noise explains (:func:`medians`)
-BEYOND_NOISE = 0.05
 
 
 def _natural(name: str) -> list:

@@ -22,7 +22,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from analysis.costmodel.evaluate import compare, cross_validate, noise_floor, summary, whatif, worst  # noqa: E402
+from analysis.costmodel.evaluate import (compare, cross_validate, noise_floor, noise_verdict, summary,  # noqa: E402
+                                         whatif, worst)
 from analysis.costmodel.features import CostModelError  # noqa: E402
 from analysis.costmodel.model import components, fit, measured_configs, predict, transfer_from_probes  # noqa: E402
 from analysis.figures import save  # noqa: E402
@@ -180,8 +181,8 @@ def predicted_section(study) -> str:
                  f"`analysis.costmodel.evaluate.noise_floor`): the check's noise floor. The exact model errs "
                  f"as much as this model's held-out median in {c['floor']['p_median']:.0%} of the draws and as "
                  f"much as its max in {c['floor']['p_max']:.0%}: the model's median error is "
-                 + ("within" if c['floor']['p_median'] >= 0.05 else "beyond") + " the measurements' noise, its max "
-                 + ("within" if c['floor']['p_max'] >= 0.05 else "beyond") + " it."
+                 f"{noise_verdict(c['floor']['p_median'])} the measurements' noise, its max "
+                 f"{noise_verdict(c['floor']['p_max'])} it."
                  if c.get("floor") else ""), "",
               f"Reproduce: `python -m analysis costmodel cv {study.path} --json` (add `--step measured` for "
               f"the second).", "",
