@@ -147,6 +147,8 @@ def test_the_study_probes_the_levels_its_sweep_samples(tmp_path):
     assert len(c.step_configs()) == 2 * 2 * 2 * 5
     # each shape in three rounds of a window a third of the stage probe's
     assert c.repeats == 3 and c.step_measure_s == pytest.approx(c.min_measure_s / 3)
+    # the stage probe in two rounds (the standalone command's default: three)
+    assert c.stage_repeats == 2 and components.ComponentConfig().stage_repeats == 3
     assert {t.min_measure_s for t in c.step_configs()} == {c.step_measure_s}
     assert {t.min_measure_s for t in c.stage_configs()} == {c.min_measure_s}
     lo = [(t.source, t.image_size, t.augment_cost) for t in c.loader_configs()]
@@ -184,7 +186,7 @@ def test_the_worker_probe_is_one_worker_at_the_sweeps_extreme_shapes():
     for tc in tcs:
         assert (tc.num_workers, tc.feed, tc.source, tc.augment_cost, tc.model, tc.width, tc.depth) == \
             (1, "none", "ram", 0, "mlp", 16, 1)
-    assert w.repeats == 2 and w.min_measure_s == 0.5 and w.max_warmup_s == 0.5 and not w.grain_stats
+    assert w.repeats == 1 and w.min_measure_s == 0.5 and w.max_warmup_s == 0.5 and not w.grain_stats
     # a sweep of one batch and image size: one shape
     one = components.worker_sweep(sweep.smoke(), repeats=1)
     assert [(tc.batch_size, tc.image_size) for tc in one.train_configs()] == [(16, 16)] and one.repeats == 1

@@ -33,9 +33,9 @@ def test_study_writes_report_with_table_and_figures(tmp_path, data_cache):
     meta = json.loads((d / "study.json").read_text())  # what the report needs beyond the rows
     assert meta["preset"] == "smoke" and meta["errors"] == {} and meta["environment"]["platform"]
     assert list(meta["stage_s"]) == ["sweep", "probes", "components", "worker_probe", "scaling", "rules", "memory"]
-    # the worker probe: one worker at the smoke sweep's one batch and image size, twice
+    # the worker probe: one worker at the smoke sweep's one batch and image size, once
     wp = load(d / "worker_probe")
-    assert len(wp) == 2 and (wp.status == "ok").all() and (wp.num_workers == 1).all() and (wp.width == 16).all()
+    assert len(wp) == 1 and (wp.status == "ok").all() and (wp.num_workers == 1).all() and (wp.width == 16).all()
     stamps = wp.read_cpu_s_per_sample + wp.decode_cpu_s_per_sample + wp.augment_cpu_s_per_sample
     assert (wp.worker_cpu_s_per_sample > stamps).all() and (stamps > 0).all()
     # the smoke sweep has no run with workers: the fit has no worker part, and the report does not claim the probe
@@ -44,6 +44,8 @@ def test_study_writes_report_with_table_and_figures(tmp_path, data_cache):
     probe = load(d / "step_probe")  # the step probe of the smoke sweep's one step shape, in three rounds
     assert len(probe) == 3 and (probe.status == "ok").all() and not (d / "loader_probe").exists()
     assert probe.config_id.nunique() == 1 and probe.compile_reused.astype(bool).tolist() == [False, True, True]
+    stage = load(d / "stage_probe")  # the stage probe in two rounds, each combination once a round
+    assert (stage.status == "ok").all() and stage.groupby("config_id").repeat.agg(lambda r: sorted(r) == [0, 1]).all()
     assert "Preset `smoke`; 2 configurations × 2 repeats; measured sweep wall time" in report
     # the report is rebuilt from the folder alone, as the study wrote it
     (d / "report.md").unlink()
