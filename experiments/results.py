@@ -32,7 +32,7 @@ class ResultsError(RuntimeError):
 # Fields added to a configuration after results were written, with the value every earlier run
 # had: left out of the id while they hold that value, so folders written before they existed still
 # resume (their finished configurations keep their ids).
-ADDED_FIELDS = {"num_processes": 1}
+ADDED_FIELDS = {"num_processes": 1, "resident_min_measure_s": 0.0}
 
 
 def config_id(cfg_dict: dict) -> str:

@@ -67,6 +67,9 @@ class TrainConfig:
     # min_steps and min_measure_s are reached (see measure_window)
     min_steps: int = 30
     min_measure_s: float = 1.0
+    # the device-resident bound's min_measure_s (0: min_measure_s); its steps repeat one compiled step
+    # on one batch, so they vary less than the fed loop's (see experiments.sweep.quick)
+    resident_min_measure_s: float = 0.0
     warmup_steps: int = 3
     warmup_time_s: float = 0.0
     max_warmup_s: float = 3.0
@@ -98,6 +101,8 @@ class TrainConfig:
         check(self.min_steps >= 2, "min_steps", self.min_steps, "must be >= 2 (an interval needs two steps)")
         check(math.isfinite(self.min_measure_s) and self.min_measure_s >= 0, "min_measure_s", self.min_measure_s,
               "must be a finite number of seconds >= 0")
+        check(math.isfinite(self.resident_min_measure_s) and self.resident_min_measure_s >= 0, "resident_min_measure_s",
+              self.resident_min_measure_s, "must be a finite number of seconds >= 0 (0: min_measure_s)")
         check(self.warmup_steps >= 1, "warmup_steps", self.warmup_steps, "must be >= 1")
         check(math.isfinite(self.warmup_time_s) and self.warmup_time_s >= 0, "warmup_time_s", self.warmup_time_s,
               "must be >= 0 (0: warm up until the step time is steady)")
@@ -535,13 +540,14 @@ def _steady(times: list[float]) -> bool:
 
 
 def measure_window(step_fn, cfg: TrainConfig, on_measure_start=None, agree=None, agree_every: int = 1,
-                   startup_steps: int = 0) -> Window:
+                   startup_steps: int = 0, min_measure_s: float | None = None) -> Window:
     """Runs ``step_fn(i) -> record`` (a dict with ``step_time_s``) through warm-up, then measurement.
 
     Warm-up runs at least ``warmup_steps`` steps; then, with ``warmup_time_s > 0``, until that much
     time has passed; otherwise until the step time is steady (``_steady``) or ``max_warmup_s`` has
     passed (then ``steady`` is recorded false). Measurement runs until both ``min_steps`` steps and
-    ``min_measure_s`` seconds are reached. ``on_measure_start()`` is called between the two.
+    ``min_measure_s`` seconds are reached (``cfg``'s, or the argument's where given). ``on_measure_start()``
+    is called between the two.
 
     The waits for data (a record's ``data_wait_s``) of the first ``startup_steps`` steps are the
     loader starting, not warm-up, and do not count toward ``warmup_time_s`` or ``max_warmup_s``: a
@@ -583,9 +589,10 @@ def measure_window(step_fn, cfg: TrainConfig, on_measure_start=None, agree=None,
     n_warm = len(records)
     if on_measure_start is not None:
         on_measure_start()
+    measure_s = cfg.min_measure_s if min_measure_s is None else min_measure_s
     t_meas, n = 0.0, 0
     while True:
-        if n >= cfg.min_steps and (n - cfg.min_steps) % agree_every == 0 and agree(t_meas >= cfg.min_measure_s):
+        if n >= cfg.min_steps and (n - cfg.min_steps) % agree_every == 0 and agree(t_meas >= measure_s):
             break
         rec = step_fn(len(records))
         records.append({**rec, "warmup": False})
@@ -767,6 +774,7 @@ def run_detailed(cfg: TrainConfig) -> RunResult:
 
         res_machine = MachineWindow(sampler.tree_cpu_s)
         bound = measure_window(resident_step, cfg, on_measure_start=res_machine.start, agree=agree,
+                               min_measure_s=cfg.resident_min_measure_s or cfg.min_measure_s,
                                agree_every=agree_every)
         res_machine = res_machine.stop()
     finally:

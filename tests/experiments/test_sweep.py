@@ -429,3 +429,13 @@ def test_config_ids_that_look_like_numbers_are_read_back_as_written(tmp_path):
     (tmp_path / "rows.columns.json").unlink()
     (tmp_path / "rows.csv").write_text("config_id,repeat\n20644e397835,0\n012345678901,1\n")
     assert results.read_csv_rows(tmp_path / "rows.csv").config_id.tolist() == ["20644e397835", "012345678901"]
+
+
+def test_the_quick_sweeps_bound_measures_half_a_second_and_earlier_ids_stay():
+    from experiments import configs
+    tcs = sweep.quick().train_configs()
+    assert {tc.resident_min_measure_s for tc in tcs} == {0.5} and {tc.min_measure_s for tc in tcs} == {1.0}
+    # a configuration at the field's default keeps the id it had before the field existed
+    flat = configs.to_flat_dict(train.TrainConfig())
+    assert results.config_id(flat) == results.config_id({k: v for k, v in flat.items() if k != "resident_min_measure_s"})
+    assert results.config_id({**flat, "resident_min_measure_s": 0.5}) != results.config_id(flat)

@@ -14,6 +14,7 @@ import pytest
 
 from experiments import train
 from experiments.models import make_model
+from memsim.knobs import ConfigError
 from tests.procs import running
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -261,6 +262,10 @@ def test_window_measures_until_both_min_steps_and_min_measure_s():
                                                          warmup_time_s=0.01))
     assert w.measured_steps == 5
     assert [r["warmup"] for r in w.records].count(False) == w.measured_steps
+    # a window of its own (the device-resident bound's resident_min_measure_s): 10 ms steps to 0.05 s
+    w = train.measure_window(_FakeSteps([0.01]), _smoke("x", min_steps=2, min_measure_s=0.2, warmup_steps=1,
+                                                          warmup_time_s=0.01), min_measure_s=0.05)
+    assert w.measured_steps == 5 and w.measured_s == pytest.approx(0.05)
 
 
 def test_warmup_runs_until_steady_then_stops():
@@ -368,6 +373,11 @@ def test_time_window_is_honoured_in_a_real_run(data_cache):
     r = train.run(_smoke(data_cache, min_steps=2, min_measure_s=0.4)).iloc[0]
     assert r.measure_s >= 0.4 and r.resident_measure_s >= 0.4
     assert r.steps_measured >= 2 and r.resident_steps_measured >= 2
+    # the bound's window of its own: the fed loop's 0.4 s, the bound's 0.15 s, and the row says which
+    r = train.run(_smoke(data_cache, min_steps=2, min_measure_s=0.4, resident_min_measure_s=0.15)).iloc[0]
+    assert r.measure_s >= 0.4 and 0.15 <= r.resident_measure_s < 0.4 and r.resident_min_measure_s == 0.15
+    with pytest.raises(ConfigError, match="resident_min_measure_s"):
+        _smoke(data_cache, resident_min_measure_s=-1.0)
 
 
 # ------------------------------------------------------------------ the machine's company in a window
