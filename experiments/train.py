@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import math
+import os
 import threading
 import time
 
@@ -392,10 +393,33 @@ class HostSampler:
         self.read()
 
 
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _pages_written() -> float:
+    """Pages the kernel has written back since boot (``nr_written`` in /proc/vmstat); NaN where the
+    file or the counter is missing (not Linux)."""
+    try:
+        with open("/proc/vmstat") as f:
+            for line in f:
+                if line.startswith("nr_written "):
+                    return float(line.split()[1])
+    except OSError:
+        pass
+    return float("nan")
+
+
 class MachineWindow:
     """What the rest of the machine did during a window: the share of the machine's CPU time its
-    hypervisor took (steal) and the cores that processes other than this one and its children kept
-    busy. A shared 2-core VM is disturbed in bursts: on 2026-11-25 a resident window of a sweep run
+    hypervisor took (steal), the cores that processes other than this one and its children kept
+    busy, and the MiB the kernel wrote back to disk from its page cache (``written_mib``, from
+    /proc/vmstat: writeback shows as neither of the other two). On a 2-core Intel Xeon VM
+    (2026-12-02) a sweep started within 20 s of 800 MB written to disk ran its first run 8-27% slower
+    than its later repeats in 8 of 9 trials (none of 6 without the write), with no steal, no foreign
+    CPU and, where this column was there, nothing written back inside its windows: the column rules
+    writeback in or out for a window; that VM's slower runs came from elsewhere
+    (``experiments.env.free_page_reporting``; results/cpu-2core/holdout/README.md, "Writeback").
+    A shared 2-core VM is disturbed in bursts: on 2026-11-25 a resident window of a sweep run
     held 18 steps of 42-59 ms, then 8 of 114-136 ms with nothing of the run's own running beside
     them. These columns say which windows had company, so that a disturbed measurement can be told
     from a slow configuration. (On that VM most bursts had none: the same work itself took 10-20%
@@ -417,20 +441,23 @@ class MachineWindow:
     def start(self):
         import psutil
         self._t, self._m, self._o = time.perf_counter(), psutil.cpu_times(), self._own()
+        self._w = _pages_written()
         return self
 
     def stop(self) -> dict:
         import psutil
         m, o, wall = psutil.cpu_times(), self._own(), time.perf_counter() - self._t
+        written = (_pages_written() - self._w) * PAGE_BYTES / 2**20
         d = {f: getattr(m, f) - getattr(self._m, f) for f in m._fields}
         total = sum(d.get(f, 0.0) for f in ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal"))
         if wall < self.MIN_S or total <= 0:  # too few ticks inside the window to say anything
-            return {"steal_frac": float("nan"), "foreign_cpu_cores": float("nan")}
+            return {"steal_frac": float("nan"), "foreign_cpu_cores": float("nan"), "written_mib": written}
         busy = total - d.get("idle", 0.0) - d.get("iowait", 0.0) - d.get("steal", 0.0)
         return {"steal_frac": d.get("steal", 0.0) / total,
                 # the ticks of the machine and of the process tree are read at slightly different
                 # moments: a window with no company can come out a hair below zero
-                "foreign_cpu_cores": max(0.0, (busy - (o - self._o)) / max(wall, 1e-9))}
+                "foreign_cpu_cores": max(0.0, (busy - (o - self._o)) / max(wall, 1e-9)),
+                "written_mib": written}
 
 
 # -------------------------------------------------------------------------------------------- run
@@ -851,6 +878,7 @@ def run_detailed(cfg: TrainConfig) -> RunResult:
         "steal_frac": fed_machine["steal_frac"], "foreign_cpu_cores": fed_machine["foreign_cpu_cores"],
         "resident_steal_frac": res_machine["steal_frac"],
         "resident_foreign_cpu_cores": res_machine["foreign_cpu_cores"],
+        "written_mib": fed_machine["written_mib"], "resident_written_mib": res_machine["written_mib"],
         "peak_rss_bytes": sampler.peak_rss,
         "shm_segments_left": len(shm_segments() - shm_before),
         "device_peak_bytes": dev_stats.get("peak_bytes_in_use", float("nan")),

@@ -71,7 +71,7 @@ def compare(measured_rows: pd.DataFrame, predicted: pd.DataFrame,
     by = ok.groupby("config_id")
     ids = out.config_id.astype(str)
     # the machine's company in the fed windows (rows since MachineWindow): the most of any repeat
-    for c in ("steal_frac", "foreign_cpu_cores"):
+    for c in ("steal_frac", "foreign_cpu_cores", "written_mib"):
         if c in ok:
             out[f"max_{c}"] = by[c].max().reindex(ids).to_numpy(float)
     # the step's fresh pages: a step whose temporaries glibc maps afresh each call pays a page fault
@@ -420,6 +420,9 @@ def noise_floor(rows: pd.DataFrame, config_ids=None, goal: dict | None = None, d
 #: and the cores other processes kept busy (both a few ticks above the counters' resolution, ~1%)
 STEAL_NOTE = 0.02
 FOREIGN_NOTE = 0.1
+#: MiB written back to disk inside a measured window (experiments.train.MachineWindow: a sweep's first
+#: run within 20 s of 800 MB of writes lost 8-27% of its samples/s with no steal or foreign CPU)
+WRITTEN_NOTE = 16.0
 #: a step's minor page faults per call worth naming: 1 000 pages (4 MB). In pair24's quick study on the
 #: 2-core VM (results/cpu-2core/holdout/README.md) the steps faulted under 250 times a call but for
 #: the bf16 MLP at 48×48 in micro-batches of 16 (8 643-8 676) and the CNN at 48×48 or batch 128
@@ -433,6 +436,8 @@ def reason(row: pd.Series) -> str:
     >>> reason(pd.Series({"measured": 100.0, "measured_lo": 80.0, "measured_hi": 120.0, "max_steal_frac": 0.05,
     ...                   "max_foreign_cpu_cores": 0.0}))
     'noisy measurement (interval 40% of the median); the hypervisor took 5% of the CPU in a measured window'
+    >>> reason(pd.Series({"measured": 100.0, "measured_lo": 99.0, "measured_hi": 101.0, "max_written_mib": 700.0}))
+    'the kernel wrote 700 MiB back to disk in a measured window'
     >>> reason(pd.Series({"measured": 100.0, "measured_lo": 99.0, "measured_hi": 101.0, "step_faults": 8643.0}))
     'its step faulted in 35 MB of fresh pages a step, whose cost varies'
     >>> reason(pd.Series({"measured": 100.0, "measured_lo": 99.0, "measured_hi": 101.0, "step_faults": 8643.0,
@@ -450,6 +455,9 @@ def reason(row: pd.Series) -> str:
         why.append(f"the hypervisor took {steal:.0%} of the CPU in a measured window")
     if np.isfinite(other) and other > FOREIGN_NOTE:
         why.append(f"other processes kept {other:.2f} cores busy in a measured window")
+    written = row.get("max_written_mib", np.nan)
+    if np.isfinite(written) and written > WRITTEN_NOTE:
+        why.append(f"the kernel wrote {written:.0f} MiB back to disk in a measured window")
     faults = row.get("step_faults", np.nan)
     if np.isfinite(faults) and faults >= FAULTS_NOTE:
         fs = row.get("fault_s", np.nan)  # what the model's fault term (version 14) put on the step

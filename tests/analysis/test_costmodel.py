@@ -659,20 +659,25 @@ def test_compare_names_the_company_a_measured_window_had():
     # its comparison row carries the most of any repeat, and the reason names both; the others none
     from analysis.costmodel.evaluate import compare, reason
     rows = synthetic_rows()
-    rows["steal_frac"], rows["foreign_cpu_cores"] = 0.0, 0.0
+    rows["steal_frac"], rows["foreign_cpu_cores"], rows["written_mib"] = 0.0, 0.0, 0.0
     hit = rows.config_id == rows.config_id.iloc[0]
-    rows.loc[hit & (rows.repeat == rows[hit].repeat.max()), ["steal_frac", "foreign_cpu_cores"]] = [0.06, 0.8]
+    rows.loc[hit & (rows.repeat == rows[hit].repeat.max()), ["steal_frac", "foreign_cpu_cores", "written_mib"]] = [
+        0.06, 0.8, 640.0]
     meas = costmodel.model.measured_configs(rows)
     pred = costmodel.predict(_true_model(TRUE), meas)
     pred["config_id"] = meas.config_id.to_numpy()
     cmp = compare(rows, pred).set_index("config_id")
     first = cmp.loc[rows.config_id.iloc[0]]
     assert (first.max_steal_frac, first.max_foreign_cpu_cores) == (0.06, 0.8)
+    assert first.max_written_mib == 640.0
     assert "hypervisor took 6%" in reason(first) and "kept 0.80 cores busy" in reason(first)
+    assert "wrote 640 MiB back to disk" in reason(first)
     rest = cmp.drop(index=rows.config_id.iloc[0])
     assert (rest.max_steal_frac == 0).all() and not any("cores busy" in reason(r) for _, r in rest.iterrows())
+    assert not any("back to disk" in reason(r) for _, r in rest.iterrows())
     # rows measured before the columns existed: no such columns, no such reason
-    assert "max_steal_frac" not in compare(rows.drop(columns=["steal_frac", "foreign_cpu_cores"]), pred)
+    old = compare(rows.drop(columns=["steal_frac", "foreign_cpu_cores", "written_mib"]), pred)
+    assert "max_steal_frac" not in old and "max_written_mib" not in old
 
 
 def test_compare_names_a_step_that_faults_in_fresh_pages():

@@ -103,3 +103,24 @@ def test_the_command_line_lets_each_run_allocate_device_memory_on_demand(given, 
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
                        cwd=Path(__file__).resolve().parents[2])
     assert r.returncode == 0 and r.stdout.strip() == expected, r.stderr
+
+
+def test_free_page_reporting_reads_the_balloons_feature_bit(tmp_path):
+    """A fake /sys/bus/virtio/devices: a block device (bit 5 set, not a balloon) and a balloon, whose
+    feature string says bit 5 (VIRTIO_BALLOON_F_REPORTING) is on or off."""
+    from experiments.env import free_page_reporting
+
+    def tree(name, balloon_bits):
+        root = tmp_path / name
+        for dev, driver, bits in (("virtio0", "virtio_blk", "0000010000"), ("virtio1", "virtio_balloon", balloon_bits)):
+            (tmp_path / name / "drivers" / driver).mkdir(parents=True, exist_ok=True)
+            (root / dev).mkdir(parents=True)
+            (root / dev / "driver").symlink_to(tmp_path / name / "drivers" / driver)
+            (root / dev / "features").write_text(bits + "\n")
+        return str(root)
+    assert free_page_reporting.__wrapped__(tree("on", "0110010100")) == "yes"
+    assert free_page_reporting.__wrapped__(tree("off", "0110000100")) == "no"
+    none = tmp_path / "none"
+    none.mkdir()
+    assert free_page_reporting.__wrapped__(str(none)) == "no"  # virtio, but no balloon
+    assert free_page_reporting.__wrapped__(str(tmp_path / "absent")) == ""  # not Linux, or no virtio

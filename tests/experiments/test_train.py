@@ -106,6 +106,7 @@ def test_run_row_is_complete_and_consistent(data_cache, feed, shm_guard, monkeyp
             assert np.isnan(foreign) and window_s < train.MachineWindow.MIN_S + 0.05, (prefix, window_s)
         else:
             assert 0 <= steal < 1 and 0 <= foreign <= r.cpu_count, (prefix, steal, foreign)
+        assert r[f"{prefix}written_mib"] >= 0 or (np.isnan(r[f"{prefix}written_mib"]) and not os.path.exists("/proc/vmstat"))
     for col in ("platform", "device_kind", "jax_version", "flax_version", "optax_version", "grain_version",
                 "cpu_count", "cpu_model", "cpu_simd", "git_commit", "seed", "compile_s", "peak_rss_bytes",
                 "xla_flops_per_step"):
@@ -392,9 +393,14 @@ def test_machine_window_counts_steal_and_other_processes_not_the_runs_own(monkey
     clock = iter([10.0, 11.0])
     monkeypatch.setattr(psutil, "cpu_times", lambda: next(snaps))
     monkeypatch.setattr(train.time, "perf_counter", lambda: next(clock))
+    written = iter([1000.0, 1000.0 + 2560])  # nr_written, pages of 4 KiB
+    monkeypatch.setattr(train, "_pages_written", lambda: next(written))
+    monkeypatch.setattr(train, "PAGE_BYTES", 4096)
     got = train.MachineWindow(lambda: next(own)).start().stop()
     assert got["steal_frac"] == pytest.approx(0.05)
     assert got["foreign_cpu_cores"] == pytest.approx(0.5)
+    assert got["written_mib"] == pytest.approx(10.0)
+    monkeypatch.setattr(train, "_pages_written", lambda: 1000.0)
     # a window shorter than the counters' tick: the same snapshot twice resolves neither, not 0
     same = T(100.0, 0, 20.0, 500.0, 0, 0, 0, 5.0, 0, 0)
     monkeypatch.setattr(psutil, "cpu_times", lambda: same)
@@ -407,6 +413,21 @@ def test_machine_window_counts_steal_and_other_processes_not_the_runs_own(monkey
     monkeypatch.setattr(train.time, "perf_counter", iter([30.0, 30.004]).__next__)
     one_tick = train.MachineWindow(lambda: 3.0).start().stop()
     assert np.isnan(one_tick["steal_frac"]) and np.isnan(one_tick["foreign_cpu_cores"])
+
+
+def test_machine_window_counts_the_kernels_writeback(tmp_path):
+    """64 MiB written and synced inside a window are written back inside it; a window of nothing
+    written after it counts (almost) none."""
+    if not os.path.exists("/proc/vmstat"):
+        pytest.skip("no /proc/vmstat (not Linux)")
+    os.sync()
+    w = train.MachineWindow(lambda: 0.0).start()
+    (tmp_path / "blob").write_bytes(os.urandom(64 * 2**20))
+    os.sync()
+    assert w.stop()["written_mib"] >= 60
+    after = train.MachineWindow(lambda: 0.0).start()
+    time.sleep(0.2)
+    assert after.stop()["written_mib"] < 32
 
 
 def test_machine_window_sees_a_process_that_is_not_the_runs():
