@@ -420,8 +420,9 @@ def noise_floor(rows: pd.DataFrame, config_ids=None, goal: dict | None = None, d
 #: and the cores other processes kept busy (both a few ticks above the counters' resolution, ~1%)
 STEAL_NOTE = 0.02
 FOREIGN_NOTE = 0.1
-#: MiB written back to disk inside a measured window (experiments.train.MachineWindow: a sweep's first
-#: run within 20 s of 800 MB of writes lost 8-27% of its samples/s with no steal or foreign CPU)
+#: MiB written back to disk inside a measured window worth naming (experiments.train.MachineWindow):
+#: a few MiB are the rows and logs of the run itself; the demo's install left 57-86 MiB in one window of
+#: pair137 and pair138, runs no slower than their other repeats, so this is company, not a verdict
 WRITTEN_NOTE = 16.0
 #: a step's minor page faults per call worth naming: 1 000 pages (4 MB). In pair24's quick study on the
 #: 2-core VM (results/cpu-2core/holdout/README.md) the steps faulted under 250 times a call but for
