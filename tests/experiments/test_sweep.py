@@ -166,6 +166,13 @@ def test_a_multi_process_run_that_times_out_is_a_failed_row_and_leaves_nothing(t
     # folder they exchanged files through goes with the job's folder, not left in the temp folder
     sys_tmp = tmp_path / "sys_tmp"
     sys_tmp.mkdir()
+    # multiprocessing's own folder (the fork server's socket) is made once per process, in the temp
+    # folder of the moment: made here, under tmp_path, the socket's path passed the 108 bytes AF_UNIX
+    # allows, and every later sweep of this process failed to start its fork server (pytest -n 2
+    # without --dist loadfile, where this test can be a worker's first sweep). Made before, it stays
+    # where it was; the memsim folders this test checks still go to TMPDIR.
+    import multiprocessing.util
+    multiprocessing.util.get_temp_dir()
     monkeypatch.setenv("TMPDIR", str(sys_tmp))
     monkeypatch.setattr(tempfile, "tempdir", None)
     me = psutil.Process()
