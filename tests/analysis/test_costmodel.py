@@ -283,20 +283,27 @@ def synthetic_stage_probe(params: dict) -> pd.DataFrame:
 
 
 def test_the_stage_probe_gives_the_stages_shape_and_the_rows_how_the_pipeline_inflates_them():
-    # The pipeline's stamps are an affine map of the stages alone (scale and offset); the probe's every
+    # The pipeline's stamps are the stages alone plus an offset (version 18: no scale); the probe's every
     # (source, image size, augmentation) identifies the stages' own terms, ArrayRecord's decode per
     # pixel among them, which the rows alone would not
-    true = {**ONE_NU, "stage_base_s": 2e-5, "stage_pixel_s": 4e-6, "decode_pixel_s": 1.5e-5, "stage_scale": 1.2,
+    true = {**ONE_NU, "stage_base_s": 2e-5, "stage_pixel_s": 4e-6, "decode_pixel_s": 1.5e-5,
             "stage_offset_s": 1.2e-5}
     rows = synthetic_rows(params=true, cpu_stamps=True)
     model = costmodel.fit(rows, stage_probe=synthetic_stage_probe(true))
     for k in ("stage_base_s", "stage_pixel_s", "augment_pass_base_s", "augment_pass_s", "read_memmap_s",
-              "read_arrayrecord_s", "decode_pixel_s", "stage_scale", "stage_offset_s", "sample_base_s"):
+              "read_arrayrecord_s", "decode_pixel_s", "stage_offset_s", "sample_base_s"):
         assert model.params[k] == pytest.approx(true[k], rel=0.05), k
+    assert "stage_scale" not in model.params
+    # what the pipeline adds is the same at every combination, whatever the stages alone cost there
+    from analysis.costmodel.model import stage_alone_time
+    kf = features.knob_frame(rows.drop_duplicates("config_id"))
+    alone, inside = stage_alone_time(model.params, kf), stage_time(model.params, kf)
+    assert alone.max() > 3 * alone.min()
+    np.testing.assert_allclose(inside - alone, true["stage_offset_s"], rtol=0.05)
     assert model.stats["stage_rms_log_residual"] < 1e-6 and model.stats["median_abs_rel_error"] < 1e-3
     # without the probe the rows' stamps are the stages: no scale, offset or decode per pixel
     plain = costmodel.fit(rows)
-    assert not {"stage_scale", "stage_offset_s", "decode_pixel_s"} & set(plain.params)
+    assert not {"stage_offset_s", "decode_pixel_s"} & set(plain.params)
     # cross-validation holds a held-out configuration's own (source, image size, augmentation) out of the probe
     from analysis.costmodel.evaluate import LOADER_SHAPE, without_held_out
     sp = synthetic_stage_probe(true)
@@ -311,7 +318,7 @@ def test_arrayrecord_samples_get_their_own_offset_in_the_pipeline():
     # hands the augmentation a cached array) than for RAM and memmap samples; the rows of several
     # sources identify both offsets, and rows of one source keep the one shared offset
     from analysis.costmodel.model import AR_OFFSET, stage_time
-    true = {**ONE_NU, "stage_base_s": 2e-5, "stage_pixel_s": 4e-6, "decode_pixel_s": 1.5e-5, "stage_scale": 1.0,
+    true = {**ONE_NU, "stage_base_s": 2e-5, "stage_pixel_s": 4e-6, "decode_pixel_s": 1.5e-5,
             "stage_offset_s": 4e-5, AR_OFFSET: 2e-5}
     rows = synthetic_rows(params=true, cpu_stamps=True)
     assert {"arrayrecord", "ram"} <= set(rows.source)
@@ -330,7 +337,7 @@ def test_a_slow_spell_in_one_round_of_the_stage_probe_does_not_move_the_stages()
     # Three rounds of the probe (experiments.components' stage_repeats), one of them caught in a slow
     # spell on one combination (1.45x, as pair27's ArrayRecord 16x16 with 4 passes): the fit takes
     # each combination's median and recovers the stages; one round with the spell does not
-    true = {**ONE_NU, "stage_base_s": 2e-5, "stage_pixel_s": 4e-6, "decode_pixel_s": 1.5e-5, "stage_scale": 1.2,
+    true = {**ONE_NU, "stage_base_s": 2e-5, "stage_pixel_s": 4e-6, "decode_pixel_s": 1.5e-5,
             "stage_offset_s": 1.2e-5}
     rows = synthetic_rows(params=true, cpu_stamps=True)
     sp = synthetic_stage_probe(true)
@@ -340,7 +347,7 @@ def test_a_slow_spell_in_one_round_of_the_stage_probe_does_not_move_the_stages()
     spell.loc[hit, stamps] *= 1.45
     rounds = pd.concat([spell.assign(repeat=0), sp.assign(repeat=1), sp.assign(repeat=2)], ignore_index=True)
     model = costmodel.fit(rows, stage_probe=rounds)
-    for k in ("stage_base_s", "stage_pixel_s", "augment_pass_s", "read_arrayrecord_s", "decode_pixel_s", "stage_scale"):
+    for k in ("stage_base_s", "stage_pixel_s", "augment_pass_s", "read_arrayrecord_s", "decode_pixel_s"):
         assert model.params[k] == pytest.approx(true[k], rel=0.05), k
     assert model.stats["stage_rms_log_residual"] < 1e-6
     one = costmodel.fit(rows, stage_probe=spell)
@@ -352,12 +359,12 @@ def test_the_stages_cost_more_in_the_main_process_and_are_not_linear_in_the_pixe
     # the main process's factor; the stage probe's three image sizes identify the factor at the middle
     # one (the smallest and largest are the reference), and sizes between are interpolated in pixels
     from analysis.costmodel.model import size_factor
-    true = {**TRUE, "stage_base_s": 2e-5, "stage_pixel_s": 4e-6, "decode_pixel_s": 1.5e-5, "stage_scale": 1.2,
+    true = {**TRUE, "stage_base_s": 2e-5, "stage_pixel_s": 4e-6, "decode_pixel_s": 1.5e-5,
             "stage_offset_s": 1.2e-5, "stage_main_scale": 1.1, "stage_size_factor_16": 1.0,
             "stage_size_factor_32": 1.15, "stage_size_factor_48": 1.0}
     rows = synthetic_rows(params=true, cpu_stamps=True)
     model = costmodel.fit(rows, stage_probe=synthetic_stage_probe(true))
-    for k in ("stage_main_scale", "stage_size_factor_32", "stage_scale", "stage_base_s", "augment_pass_s"):
+    for k in ("stage_main_scale", "stage_size_factor_32", "stage_base_s", "augment_pass_s"):
         assert model.params[k] == pytest.approx(true[k], rel=0.02), k
     t = model.table.set_index("param")
     assert t.loc["stage_size_factor_16", "fixed"] and t.loc["stage_size_factor_48", "fixed"]
@@ -411,7 +418,7 @@ def test_a_source_no_row_read_is_held_at_zero_through_the_worker_fit():
     # The stage fit holds read_<source>_s at 0 when neither the rows nor the stage probe read that
     # source; the worker fit after it uses the stages, so the fixed value must reach it. A source the
     # probe read and the rows did not is fitted from the probe.
-    true = {**TRUE, "stage_base_s": 2e-5, "stage_pixel_s": 4e-6, "decode_pixel_s": 1.5e-5, "stage_scale": 1.2,
+    true = {**TRUE, "stage_base_s": 2e-5, "stage_pixel_s": 4e-6, "decode_pixel_s": 1.5e-5,
             "stage_offset_s": 1.2e-5, "worker_base_s": 2e-5, "worker_batch_s": 2e-3, "worker_pixel_s": 2.5e-5}
     rows = synthetic_rows(n=30, params=true, cpu_stamps=True, worker_cpu=True)
     rows = rows[rows.source != "memmap"]
