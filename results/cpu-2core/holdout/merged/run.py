@@ -7,7 +7,7 @@ repository root:
     .venv/bin/python results/cpu-2core/holdout/merged/run.py          # cross-validate, then score
     .venv/bin/python results/cpu-2core/holdout/merged/run.py --score  # score merged.csv again
 """
-import sys, warnings, glob, numpy as np, pandas as pd
+import sys, warnings, pandas as pd
 sys.path.insert(0, ".")
 from concurrent.futures import ProcessPoolExecutor
 H = "results/cpu-2core/holdout/"
@@ -36,8 +36,8 @@ def one(name):
 
 
 def measure():
-    names = sorted({p.split("/")[-3] for p in glob.glob(H + "pair*/study/rows.csv")}, key=lambda s: int(s[4:]))
-    names = [n for n in names if glob.glob(H + n + "/second/rows.csv")]
+    from analysis.costmodel.holdout import find_pairs
+    names = [n for n, _, _ in find_pairs([H])]
     with ProcessPoolExecutor(2) as ex:
         t = pd.DataFrame(list(ex.map(one, names)))
     t.to_csv(OUT, index=False)

@@ -6,8 +6,9 @@ From the repository root (``offsets.csv`` holds every pair's rows):
     .venv/bin/python results/cpu-2core/holdout/stage-offset/run.py 79 140
     .venv/bin/python results/cpu-2core/holdout/stage-offset/run.py 2 78
 """
-import glob, os, sys, numpy as np, pandas as pd
+import os, sys, numpy as np, pandas as pd
 sys.path.insert(0, ".")
+from analysis.costmodel.holdout import find_pairs
 from analysis.costmodel.model import _cpu_stamped
 H = "results/cpu-2core/holdout/"
 KEY = ["source", "image_size", "augment_cost"]
@@ -15,8 +16,7 @@ KEY = ["source", "image_size", "augment_cost"]
 
 def rows():
     out = []
-    names = sorted({p.split("/")[-3] for p in glob.glob(H + "pair*/second/rows.csv")}, key=lambda s: int(s[4:]))
-    for n in names:
+    for n, _, _ in find_pairs([H]):
         if not os.path.exists(H + n + "/study/stage_probe/rows.csv"):
             continue
         sp = pd.read_csv(H + n + "/study/stage_probe/rows.csv")
