@@ -14,14 +14,23 @@ H = "results/cpu-2core/holdout/"
 KEY = ["source", "image_size", "augment_cost"]
 
 
+def alone_of(n):
+    """Pair ``n``'s stage probe: the median stamped stages per (source, image size, augmentation),
+    column ``alone``; None where the study has no stage probe (``worker-stamps/run.py`` reads it too)."""
+    path = H + n + "/study/stage_probe/rows.csv"
+    if not os.path.exists(path):
+        return None
+    sp = pd.read_csv(path)
+    sp = sp[sp.status == "ok"].assign(st=lambda f: _cpu_stamped(f))
+    return sp.groupby(KEY).st.median().rename("alone").reset_index()
+
+
 def rows():
     out = []
     for n, _, _ in find_pairs([H]):
-        if not os.path.exists(H + n + "/study/stage_probe/rows.csv"):
+        alone = alone_of(n)
+        if alone is None:
             continue
-        sp = pd.read_csv(H + n + "/study/stage_probe/rows.csv")
-        sp = sp[sp.status == "ok"].assign(st=lambda f: _cpu_stamped(f))
-        alone = sp.groupby(KEY).st.median().rename("alone").reset_index()
         for part in ("study", "second"):
             r = pd.read_csv(H + n + "/" + part + "/rows.csv").assign(st=lambda f: _cpu_stamped(f))
             g = r.groupby(["config_id", "model", "batch_size"] + KEY + ["num_workers"]).st.median().reset_index()

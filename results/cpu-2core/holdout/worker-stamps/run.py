@@ -7,23 +7,26 @@ shape (the median over its repeats of read + decode + augment CPU per sample, as
 
     .venv/bin/python results/cpu-2core/holdout/worker-stamps/run.py
 """
-import os, sys, pandas as pd
+import importlib.util, os, sys, pandas as pd
 sys.path.insert(0, ".")
 from analysis.costmodel.holdout import find_pairs
-from analysis.costmodel.model import _cpu_stamped, _worker_probe_rows
+from analysis.costmodel.model import _worker_probe_rows
 H = "results/cpu-2core/holdout/"
-KEY = ["source", "image_size", "augment_cost"]
+# the stage probe's medians per pair, as the "Version 18" table takes them (a folder name with a dash
+# is not importable by name)
+_spec = importlib.util.spec_from_file_location("stage_offset", H + "stage-offset/run.py")
+stage_offset = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(stage_offset)
+KEY = stage_offset.KEY
 
 
 def rows():
     out = []
     for n, _, _ in find_pairs([H]):
         d = H + n + "/study/"
-        if not (os.path.exists(d + "worker_probe/rows.csv") and os.path.exists(d + "stage_probe/rows.csv")):
+        alone = stage_offset.alone_of(n) if os.path.exists(d + "worker_probe/rows.csv") else None
+        if alone is None:
             continue
-        sp = pd.read_csv(d + "stage_probe/rows.csv")
-        sp = sp[sp.status == "ok"].assign(st=lambda f: _cpu_stamped(f))
-        alone = sp.groupby(KEY).st.median().rename("alone").reset_index()
         wp = _worker_probe_rows(pd.read_csv(d + "worker_probe/rows.csv"))
         if wp is None:
             continue
