@@ -61,6 +61,10 @@ def test_worker_cpu_holds_the_stamped_stages_and_more(data_cache, tmp_path):
     r = pd.read_csv(rows).iloc[0]
     stamped = r.read_cpu_s_per_sample + r.decode_cpu_s_per_sample + r.augment_cpu_s_per_sample
     assert r.status == "ok" and 0 < stamped < r.worker_cpu_s_per_sample < 50 * stamped
+    # the worker's pipeline thread runs every stamped stage (one read thread) and is one thread of
+    # the worker's CPU: between the two, up to a 10 ms tick of the kernel's accounting apart
+    tick = 0.01 / (r.steps_measured * r.batch_size)
+    assert stamped - tick < r.worker_thread_cpu_s_per_sample <= r.worker_cpu_s_per_sample + tick
 
 
 @pytest.mark.latest
@@ -98,6 +102,7 @@ def test_run_row_is_complete_and_consistent(data_cache, feed, shm_guard, monkeyp
         assert r[f"{stage}_cpu_s_per_sample"] == pytest.approx(steps[f"c_{stage}"].sum() / samples)
     assert 0 < r.augment_cpu_s_per_sample <= r.augment_s_per_sample * 1.05 + 1e-6
     assert r.num_workers == 0 and np.isnan(r.worker_cpu_s_per_sample)  # no worker processes to measure
+    assert np.isnan(r.worker_thread_cpu_s_per_sample)
     # the machine's company in each window: shares and cores, never negative; unresolved (NaN) only in a
     # window shorter than ten of the kernel counters' ticks (the reads around the window allowed for)
     for window_s, prefix in ((r.measure_s, ""), (r.resident_measure_s, "resident_")):
@@ -178,6 +183,7 @@ def test_worker_cpu_of_a_window_too_short_for_the_kernels_ticks_is_nan(data_cach
     monkeypatch.setattr(train.MachineWindow, "MIN_S", 1e6)
     r = train.run(_smoke(data_cache, num_workers=1)).iloc[0]
     assert r.status == "ok" and r.num_workers == 1 and np.isnan(r.worker_cpu_s_per_sample)
+    assert np.isnan(r.worker_thread_cpu_s_per_sample)
     assert np.isnan(r.steal_frac) and np.isnan(r.foreign_cpu_cores)
 
 
