@@ -10,8 +10,11 @@ rows, the worker probe's and the studies' and second sweeps' runs with one worke
 import os, sys, pandas as pd
 sys.path.insert(0, ".")
 from analysis.costmodel.holdout import find_pairs
+from analysis.costmodel.model import contention_observed
 H = "results/cpu-2core/holdout/"
 KNOBS = ["model", "precision", "grad_accum_steps", "batch_size", "image_size", "source", "augment_cost", "feed"]
+COLS = KNOBS + ["num_workers", "cpu_model", "cpu_count", "samples_per_s", "worker_cpu_s_per_sample", "host_cpu_util",
+                "data_wait_frac", "read_cpu_s_per_sample", "decode_cpu_s_per_sample", "augment_cpu_s_per_sample"]
 
 
 def rows():
@@ -24,9 +27,7 @@ def rows():
             r = pd.read_csv(H + n + "/" + f)
             r = r[(r.status == "ok") & (r.num_workers == 1)]
             if len(r) and "worker_cpu_s_per_sample" in r:  # early pairs' rows lack it (and the CPU's name)
-                out.append(r.reindex(columns=KNOBS + ["cpu_model", "cpu_count", "samples_per_s", "worker_cpu_s_per_sample",
-                                      "host_cpu_util", "data_wait_frac", "read_cpu_s_per_sample",
-                                      "decode_cpu_s_per_sample", "augment_cpu_s_per_sample"]).assign(pair=n, which=which))
+                out.append(r.reindex(columns=COLS).assign(pair=n, which=which))
     return pd.concat(out, ignore_index=True)
 
 
@@ -38,7 +39,9 @@ if __name__ == "__main__":
     r["stamped_us"] = 1e6 * (r.read_cpu_s_per_sample + r.decode_cpu_s_per_sample + r.augment_cpu_s_per_sample)
     r["beyond_us"] = r.worker_us - r.period_us
     r["ratio"] = r.worker_us / r.period_us
-    r["main_cores"] = r.host_cpu_util * r.cpu_count - r.worker_us / r.period_us
+    # the main process's CPU per batch as the cost model reads it from a run, per second of the run
+    T = r.batch_size / r.samples_per_s
+    r["main_cores"] = contention_observed(r, r.batch_size.to_numpy(float), T.to_numpy(float), r.cpu_count.to_numpy(float))[1] / T
     cols = dict(pairs=("pair", "nunique"), period_us=("period_us", "median"), worker_us=("worker_us", "median"),
                 stamped_us=("stamped_us", "median"), beyond_us=("beyond_us", "median"), ratio=("ratio", "median"),
                 ratio_p10=("ratio", lambda x: x.quantile(0.1)), ratio_p90=("ratio", lambda x: x.quantile(0.9)),
