@@ -17,7 +17,9 @@ COLS = KNOBS + ["num_workers", "cpu_model", "cpu_count", "samples_per_s", "worke
                 "data_wait_frac", "read_cpu_s_per_sample", "decode_cpu_s_per_sample", "augment_cpu_s_per_sample"]
 
 
-def rows():
+def rows(cols=COLS, need="worker_cpu_s_per_sample"):
+    """The runs with one worker of every pair whose rows carry ``need``: ``cols``, the pair and which
+    file (``worker_probe``, ``study``, ``second``)."""
     out = []
     for n, _, _ in find_pairs([H]):
         for which, f in (("worker_probe", "study/worker_probe/rows.csv"), ("study", "study/rows.csv"),
@@ -26,8 +28,8 @@ def rows():
                 continue
             r = pd.read_csv(H + n + "/" + f)
             r = r[(r.status == "ok") & (r.num_workers == 1)]
-            if len(r) and "worker_cpu_s_per_sample" in r:  # early pairs' rows lack it (and the CPU's name)
-                out.append(r.reindex(columns=COLS).assign(pair=n, which=which))
+            if len(r) and need in r:  # early pairs' rows lack it (and the CPU's name)
+                out.append(r.reindex(columns=cols).assign(pair=n, which=which))
     return pd.concat(out, ignore_index=True)
 
 
