@@ -25,6 +25,13 @@ from experiments.configs import check
 from memsim.knobs import Source
 
 STAGE_KEYS = ("t_decode", "t_augment", "c_read", "c_decode", "c_augment")
+# When each sample's last stage finished (``time.perf_counter``: CLOCK_MONOTONIC on Linux, one clock
+# for every process of the host, so a worker's stamp is comparable with the main process's time). A
+# batch's is the latest of its samples'; the main process reads from it how long the batch waited in
+# the loader's and the feed's buffers (``experiments.train``: ``batch_age_s``), which tells whether
+# those buffers are still filling.
+MADE_KEY = "made_at"
+STAMP_KEYS = STAGE_KEYS + (MADE_KEY,)
 
 
 def _ensure_absl_flags() -> None:
@@ -153,8 +160,9 @@ class Augment:
             q = np.pad(img, ((1, 1), (1, 1), (0, 0)), mode="edge")
             img = (q[:-2, :-2] + q[:-2, 1:-1] + q[:-2, 2:] + q[1:-1, :-2] + q[1:-1, 1:-1]
                    + q[1:-1, 2:] + q[2:, :-2] + q[2:, 1:-1] + q[2:, 2:]) * np.float32(1 / 9)
-        out = {"image": img, "label": x["label"], "t_augment": np.float64(time.perf_counter() - t0),
-               "c_augment": np.float64(time.thread_time() - c0)}
+        t1 = time.perf_counter()
+        out = {"image": img, "label": x["label"], "t_augment": np.float64(t1 - t0),
+               "c_augment": np.float64(time.thread_time() - c0), MADE_KEY: np.float64(t1)}
         for k in ("t_decode", "c_read", "c_decode"):
             out[k] = x.get(k, np.float64(0.0))
         return out
@@ -164,7 +172,7 @@ class TextSample:
     """Text windows need no decoding; stamps the (tiny) host time so every workload has stage times."""
 
     def __call__(self, x: dict) -> dict:
-        return {**x, **{k: np.float64(0.0) for k in STAGE_KEYS}}
+        return {**x, **{k: np.float64(0.0) for k in STAGE_KEYS}, MADE_KEY: np.float64(time.perf_counter())}
 
 
 def build_source(cfg: LoaderConfig):
@@ -371,7 +379,9 @@ class LoaderFailed(RuntimeError):
 def split_stage_times(batch: dict) -> tuple[dict, dict]:
     """Separates the per-stage time stamps from the arrays that go to the device."""
     times = {k: float(np.sum(batch[k])) for k in STAGE_KEYS if k in batch}
-    return {k: v for k, v in batch.items() if k not in STAGE_KEYS}, times
+    if MADE_KEY in batch:
+        times[MADE_KEY] = float(np.max(batch[MADE_KEY]))
+    return {k: v for k, v in batch.items() if k not in STAMP_KEYS}, times
 
 
 def _worker_stats_queues(stats) -> list:

@@ -19,7 +19,7 @@ import pandas as pd
 
 from experiments import configs
 from experiments.configs import ConfigError
-from experiments.loader import STAGE_KEYS, LoaderConfig, build_dataset, dataset_path
+from experiments.loader import STAMP_KEYS, LoaderConfig, build_dataset, dataset_path
 from experiments.models import make_model
 from experiments.train import TrainConfig, TrainStep, batch_specs
 from memsim import footprint as fp
@@ -44,8 +44,9 @@ def device_sample_bytes(cfg: TrainConfig) -> int:
 
 
 def host_sample_bytes(cfg: TrainConfig) -> int:
-    # the loader's batch also carries one float64 time stamp per stage and sample (split off before device_put)
-    return device_sample_bytes(cfg) + 8 * len(STAGE_KEYS)
+    # the loader's batch also carries float64 time stamps per sample, one per stage and when it was
+    # made (split off before device_put)
+    return device_sample_bytes(cfg) + 8 * len(STAMP_KEYS)
 
 
 def abstract_step(cfg: TrainConfig) -> TrainStep:

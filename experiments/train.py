@@ -19,8 +19,8 @@ import pandas as pd
 
 from experiments import configs, env as env_lib, heap
 from experiments.configs import ConfigError, check
-from experiments.loader import (LoaderConfig, build_dataset, freeze_heap, grain_stats_frame, release_dead_workers_segments,
-                                shm_segments)
+from experiments.loader import (MADE_KEY, LoaderConfig, build_dataset, freeze_heap, grain_stats_frame,
+                                release_dead_workers_segments, shm_segments)
 from experiments.models import FAMILIES, ModelConfig
 from experiments import data as data_lib
 from memsim.knobs import Feed, Model, Precision, Source
@@ -575,6 +575,22 @@ def check_finite(loss: float, step: int) -> None:
 STEADY_WINDOW = 5
 STEADY_TOL = 0.10
 
+# Warm-up also waits for the loader's buffers to fill. A loader faster than the step fills its
+# workers' buffers, the prefetch buffer and the feed's while the step runs, and until they are full
+# its workers make more batches than the step takes: a window measured then charges the step's
+# samples with the workers' extra batches, and the step runs beside that extra work. On the 2-core
+# Intel Xeon (family 6, model 207) on 2026-12-03, the quick study's fp32 CNN at 32×32 from memmap,
+# batch 128, two workers, 4 augmentation passes (three runs each way, interleaved; 1 s windows):
+# stopped at the quick sweep's 1 s of warm-up, the workers' CPU was 500-597 µs a sample and the run
+# 1 746-1 946 samples/s; after 4 s of warm-up, 376-400 µs and 1 941-2 004 samples/s. The age of the
+# batches the step takes (``batch_age_s``: how long since the loader made them) grows while the
+# buffers fill and levels off once they are full; a loader slower than the step keeps them near
+# empty and the age small. Filled: no worker's batches are growing older (``_filled``). Warm-up
+# waits for it until max(max_warmup_s, FILL_MAX_S) has passed (then ``filled`` is recorded false).
+FILL_WINDOW = 5
+FILL_TOL = 0.25
+FILL_MAX_S = 4.0
+
 
 @dataclasses.dataclass
 class Window:
@@ -585,6 +601,7 @@ class Window:
     steady: bool
     measured_steps: int
     measured_s: float
+    filled: bool = True
 
 
 def _steady(times: list[float]) -> bool:
@@ -595,13 +612,34 @@ def _steady(times: list[float]) -> bool:
     return abs(last / prev - 1.0) <= STEADY_TOL
 
 
+def _filled(ages: list[float], times: list[float], num_workers: int = 0) -> bool:
+    """Whether the batches' age (``batch_age_s``) has stopped growing; true where no step has one.
+
+    Worker processes take turns, batch by batch, and each has buffers of its own: the ages of
+    consecutive batches alternate between the workers' (on the fp32 CNN above, two workers' batches
+    were 1.0-1.6 s and 0.06-0.7 s old in turn, the second's still growing). So each worker's
+    batches (every ``num_workers``-th) are a series of their own, and the buffers are full when no
+    series' mean over its last FILL_WINDOW batches is more than FILL_TOL of the median step time
+    above its mean over the FILL_WINDOW before them."""
+    k, w = max(1, num_workers), FILL_WINDOW
+    if not any(math.isfinite(a) for a in ages):
+        return True
+    recent = ages[-2 * w * k:]
+    if len(recent) < 2 * w * k or not all(math.isfinite(a) for a in recent):
+        return False
+    tol = FILL_TOL * float(np.median(times[-w * k:]))
+    return all(float(np.mean(recent[j::k][w:])) - float(np.mean(recent[j::k][:w])) <= tol for j in range(k))
+
+
 def measure_window(step_fn, cfg: TrainConfig, on_measure_start=None, agree=None, agree_every: int = 1,
                    startup_steps: int = 0, min_measure_s: float | None = None) -> Window:
     """Runs ``step_fn(i) -> record`` (a dict with ``step_time_s``) through warm-up, then measurement.
 
     Warm-up runs at least ``warmup_steps`` steps; then, with ``warmup_time_s > 0``, until that much
     time has passed; otherwise until the step time is steady (``_steady``) or ``max_warmup_s`` has
-    passed (then ``steady`` is recorded false). Measurement runs until both ``min_steps`` steps and
+    passed (then ``steady`` is recorded false), and until the loader's buffers are full (``_filled``,
+    from the records' ``batch_age_s``) or ``max(max_warmup_s, FILL_MAX_S)`` has passed (then
+    ``filled`` is recorded false). Measurement runs until both ``min_steps`` steps and
     ``min_measure_s`` seconds are reached (``cfg``'s, or the argument's where given). ``on_measure_start()``
     is called between the two.
 
@@ -621,25 +659,27 @@ def measure_window(step_fn, cfg: TrainConfig, on_measure_start=None, agree=None,
     the timed step.
     """
     agree = agree if agree is not None else bool
-    records, times = [], []
+    records, times, ages = [], [], []
     t_warm = t_startup = 0.0
-    steady = False
+    steady = filled = False
     while True:
         rec = step_fn(len(records))
         records.append({**rec, "warmup": True})
         times.append(rec["step_time_s"])
+        ages.append(rec.get("batch_age_s", float("nan")))
         t_warm += rec["step_time_s"]
         if len(records) <= startup_steps:
             t_startup += rec.get("data_wait_s", 0.0)
         if len(records) < cfg.warmup_steps:
             continue
-        steady = _steady(times)
+        steady, filled = _steady(times), _filled(ages, times, getattr(cfg, "num_workers", 0))
         if (len(records) - cfg.warmup_steps) % agree_every:
             continue
+        t = t_warm - t_startup
         if cfg.warmup_time_s > 0:
-            stop = t_warm - t_startup >= cfg.warmup_time_s
+            stop = t >= cfg.warmup_time_s
         else:
-            stop = steady or t_warm - t_startup >= cfg.max_warmup_s
+            stop = (steady or t >= cfg.max_warmup_s) and (filled or t >= max(cfg.max_warmup_s, FILL_MAX_S))
         if agree(stop):
             break
     n_warm = len(records)
@@ -654,7 +694,7 @@ def measure_window(step_fn, cfg: TrainConfig, on_measure_start=None, agree=None,
         records.append({**rec, "warmup": False})
         t_meas += rec["step_time_s"]
         n += 1
-    return Window(records, n_warm, t_warm, steady, n, t_meas)
+    return Window(records, n_warm, t_warm, steady, n, t_meas, filled)
 
 
 def ratio_interval(num_times, den_times, n_blocks: int = 10, resamples: int = 2000, seed: int = 0,
@@ -772,6 +812,8 @@ def run_detailed(cfg: TrainConfig) -> RunResult:
             else:
                 batch, times = next(feed)
             t1 = time.perf_counter()
+            times = dict(times)
+            made = times.pop(MADE_KEY, float("nan"))
             with jax.transfer_guard("disallow"):
                 loss = step(batch)
             jax.block_until_ready(loss)
@@ -779,8 +821,12 @@ def run_detailed(cfg: TrainConfig) -> RunResult:
             loss_v = float(jax.device_get(loss))
             check_finite(loss_v, i)
             last["batch"] = batch
+            # how long the batch waited, made, in the loader's and the feed's buffers (the first one
+            # waited while the step compiled: not a buffer's depth)
+            age = t1 - made if i > 0 else float("nan")
             return {"step": i, "phase": "fed", "data_wait_s": t1 - t0, "step_time_s": t2 - t0,
-                    "compute_s": t2 - t1, "loss": loss_v, "minor_faults": heap.minor_faults() - f0, **times}
+                    "compute_s": t2 - t1, "batch_age_s": age, "loss": loss_v,
+                    "minor_faults": heap.minor_faults() - f0, **times}
 
         freeze_heap()  # the model, the compiled step and the imports: out of the loop's collections
         machine = MachineWindow(sampler.tree_cpu_s)
@@ -870,6 +916,7 @@ def run_detailed(cfg: TrainConfig) -> RunResult:
         "warmup_s": fed.warmup_s,
         "warmup_steps_run": fed.warmup_steps,
         "warmup_steady": fed.steady,
+        "warmup_filled": fed.filled,
         "steps_measured": len(fed_df),
         "measure_s": wall,
         "samples_per_s": sps,
@@ -880,6 +927,7 @@ def run_detailed(cfg: TrainConfig) -> RunResult:
         "data_wait_s_total": float(fed_df.data_wait_s.sum()),
         "data_wait_median_s": float(fed_df.data_wait_s.median()),
         "data_wait_frac": float(fed_df.data_wait_s.sum()) / wall,
+        "batch_age_median_s": float(fed_df.batch_age_s.median()),
         "device_resident_samples_per_s": resident_sps,
         "device_resident_step_median_s": float(res_df.step_time_s.median()),
         "resident_steps_measured": len(res_df),
@@ -947,7 +995,8 @@ def summary(row: pd.Series) -> str:
         + ("   BOUND EXCEEDED: the bound was measured low (something competed with it)" if r.bound_exceeded else ""),
         f"  windows              fed {r.measure_s:.2f} s ({r.steps_measured} steps), bound {r.resident_measure_s:.2f} s "
         f"({r.resident_steps_measured} steps); warm-up {r.warmup_steps_run} steps"
-        + ("" if r.warmup_steady else " (not steady: stopped at max_warmup_s)"),
+        + ("" if r.warmup_steady else " (not steady: stopped at max_warmup_s)")
+        + ("" if getattr(r, "warmup_filled", True) else " (buffers still filling: stopped at the fill's limit)"),
         f"  step time median/p90 {r.step_time_median_s * 1e3:9.2f} / {r.step_time_p90_s * 1e3:.2f} ms",
         f"  data wait            {r.data_wait_frac * 100:11.1f} %  (median {r.data_wait_median_s * 1e3:.2f} ms/step)",
         f"  host per sample      decode {r.decode_s_per_sample * 1e6:.1f} µs, augment {r.augment_s_per_sample * 1e6:.1f} µs"

@@ -3,6 +3,7 @@ import hashlib
 import itertools
 import os
 import signal
+import time
 
 import numpy as np
 import pytest
@@ -237,3 +238,21 @@ def test_a_loader_worker_freezes_the_heap_it_imported():
         assert gc.get_freeze_count() > frozen_here + 10_000
     finally:
         gc.unfreeze()
+
+
+def test_each_batch_says_when_it_was_made(data_cache):
+    # every sample carries when its last stage finished (this host's monotonic clock, the one
+    # experiments.train reads the batch's age with); the batch's is the latest, split off with the stamps
+    from experiments.loader import MADE_KEY, STAGE_KEYS, split_stage_times
+    t0 = time.perf_counter()
+    it = iter(build_dataset(_cfg(data_cache, num_workers=1), stage_timing=False))
+    try:
+        batch = next(it)
+        t1 = time.perf_counter()
+    finally:
+        it.close()
+    made = np.asarray(batch[MADE_KEY])
+    assert made.shape == (16,) and (t0 < made).all() and (made < t1).all()
+    arrays, times = split_stage_times(batch)
+    assert times[MADE_KEY] == made.max() and set(arrays) == {"image", "label"}
+    assert set(times) == set(STAGE_KEYS) | {MADE_KEY}

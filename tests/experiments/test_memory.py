@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from experiments import configs, memory, train
-from experiments.loader import STAGE_KEYS, LoaderConfig, build_dataset, split_stage_times
+from experiments.loader import STAMP_KEYS, LoaderConfig, build_dataset, split_stage_times
 from memsim import footprint as fp
 
 BASE = dataclasses.replace(train.smoke(), num_samples=64, image_size=16)
@@ -185,7 +185,7 @@ def test_host_batches_match_loader_rss_growth(data_cache):
     # 12.6 MB batches (256 images of 64x64x3 float32) so the buffers dominate allocator noise
     lc = LoaderConfig(source="ram", image_size=64, batch_size=256, num_samples=512, read_buffer_size=2,
                       prefetch_buffer_size=4, augment_cost=0, cache_dir=data_cache)
-    cfg = fp.FootprintConfig(param_bytes=1, host_sample_bytes=64 * 64 * 3 * 4 + 4 + 8 * len(STAGE_KEYS), device_sample_bytes=1,
+    cfg = fp.FootprintConfig(param_bytes=1, host_sample_bytes=64 * 64 * 3 * 4 + 4 + 8 * len(STAMP_KEYS), device_sample_bytes=1,
                              batch_size=256, num_workers=0, read_buffer_size=2, prefetch_buffer_size=4, feed="none")
     res = memory.measure_loader_rss(lc)
     assert res["batch_bytes"] == cfg.host_batch_bytes

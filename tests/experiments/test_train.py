@@ -102,6 +102,11 @@ def test_run_row_is_complete_and_consistent(data_cache, feed, shm_guard, monkeyp
         assert r[f"{stage}_cpu_s_per_sample"] == pytest.approx(steps[f"c_{stage}"].sum() / samples)
     assert 0 < r.augment_cpu_s_per_sample <= r.augment_s_per_sample * 1.05 + 1e-6
     assert r.num_workers == 0 and np.isnan(r.worker_cpu_s_per_sample)  # no worker processes to measure
+    # each measured batch's age: from when the loader made it (its last sample's stamp) to the step
+    # taking it, so never more than the run's whole wall time, never negative
+    assert (steps.batch_age_s >= 0).all() and (steps.batch_age_s < r.wall_s).all()
+    assert r.batch_age_median_s == pytest.approx(steps.batch_age_s.median())
+    assert "made_at" not in res.steps.columns and isinstance(r.warmup_filled, (bool, np.bool_))
     assert np.isnan(r.worker_thread_cpu_s_per_sample)
     # the machine's company in each window: shares and cores, never negative; unresolved (NaN) only in a
     # window shorter than ten of the kernel counters' ticks (the reads around the window allowed for)
@@ -326,6 +331,55 @@ def test_the_loaders_startup_waits_are_not_warmup():
     # and a stated warm-up time likewise leaves the startup waits out
     w = train.measure_window(_FakeFed(times, waits), _smoke("x", warmup_steps=1, warmup_time_s=0.3), startup_steps=3)
     assert 0.3 <= w.warmup_s - 1.5 < 0.37
+
+
+class _FakeAged(_FakeSteps):
+    """``_FakeSteps`` whose batches are ``ages[i]`` seconds old when the step takes them."""
+
+    def __init__(self, times, ages):
+        super().__init__(times)
+        self.ages = list(ages)
+
+    def __call__(self, i):
+        rec = super().__call__(i)
+        return {**rec, "batch_age_s": self.ages[min(i, len(self.ages) - 1)]}
+
+
+def test_filled_when_no_workers_batches_grow_older():
+    w, step = train.FILL_WINDOW, [0.1] * 40
+    assert train._filled([float("nan")] * 20, step)  # no ages (a probe's steps): nothing to fill
+    assert not train._filled([0.05 * i for i in range(2 * w)], step)  # 50 ms older each step
+    # 4 ms older each step: the last five's mean 20 ms above the five before, within 25% of a step
+    assert train._filled([1.0 + 0.004 * i for i in range(2 * w)], step)
+    assert not train._filled([0.5] * (2 * w - 1), step)  # too few steps to tell
+    # two workers in turn, one's batches 1.3 s old and the other's 0.2 s: full, though consecutive
+    # ages jump
+    assert train._filled([1.3, 0.2] * (2 * w), step, num_workers=2)
+    # the same with the second worker's batches still growing older: not full; taken as one series
+    # (the first worker's drop from 1.6 to 1.0 s) it would pass
+    growing = [x for i in range(2 * w) for x in ((1.6 if i < w else 1.0), 0.2 + 0.05 * i)]
+    assert not train._filled(growing, step, num_workers=2)
+    assert train._filled(growing, step, num_workers=1)
+
+
+def test_warmup_waits_for_the_buffers_to_fill_up_to_its_limit():
+    # 100 ms steps, steady from the start; the batches' age grows 50 ms a step for 30 steps, then stays
+    ages = [float("nan")] + [0.05 * min(i, 30) for i in range(1, 400)]
+    cfg = _smoke("x", warmup_steps=2, max_warmup_s=1.0)
+    w = train.measure_window(_FakeAged([0.1], ages), cfg)
+    # steady after 10 steps; filled once the five ages before the last five are within 25 ms of them
+    # in the mean: the first time is at 39 steps (ages of steps 29-33 against 34-38; at 38 steps the
+    # earlier five's mean is 30 ms below)
+    assert w.steady and w.filled and w.warmup_steps == 39
+    # ages that keep growing: warm-up stops at FILL_MAX_S and says so
+    w = train.measure_window(_FakeAged([0.1], [0.05 * i for i in range(400)]), cfg)
+    assert not w.filled and train.FILL_MAX_S <= w.warmup_s < train.FILL_MAX_S + 0.11
+    # a stated warm-up time is used as given, filled or not
+    w = train.measure_window(_FakeAged([0.1], [0.05 * i for i in range(400)]), _smoke("x", warmup_steps=1, warmup_time_s=0.5))
+    assert not w.filled and 0.5 <= w.warmup_s < 0.61
+    # steps without ages (the device-resident bound, the probes) warm up as before
+    w = train.measure_window(_FakeSteps([0.1]), cfg)
+    assert w.filled and w.warmup_steps == 10
 
 
 def test_ratio_interval_covers_the_ratio_and_separates_clear_differences():
