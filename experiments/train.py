@@ -587,6 +587,18 @@ STEADY_TOL = 0.10
 # buffers fill and levels off once they are full; a loader slower than the step keeps them near
 # empty and the age small. Filled: no worker's batches are growing older (``_filled``). Warm-up
 # waits for it until max(max_warmup_s, FILL_MAX_S) has passed (then ``filled`` is recorded false).
+#
+# The opposite transient: a loader slower than the step still gets ahead while the loop starts (the
+# first step, its first execution, is the slowest), and the steps after that drain its buffers,
+# faster than the loader makes batches. The batches' age falls while they drain. The quick study's bf16 CNN at 16×16
+# from RAM, batch 64, one worker, prefetch 4, double-buffered (AMD EPYC 25/17/1, 2026-12-06; runs
+# with 6 s windows, each replayed at each rule's stop, results/cpu-2core/holdout/drain/): a 1 s
+# window from where the growth check alone stopped read 12.1% (median of six runs) and 7.6% (of four)
+# above the same run's window from 2 s to 6 s, its batches 16-45 ms old in its first half second
+# against 7-10 ms later; from where the drain check below stops, 0.2-0.4 s later, 6.0% and 1.4%. The
+# grid's MLP with two workers moved by 1-3% either way. So filled also needs the batches the step
+# waits on (the worker whose batches are youngest) to have stopped getting younger: a worker whose
+# batches are older has a lead that may shrink without the step ever waiting for it.
 FILL_WINDOW = 5
 FILL_TOL = 0.25
 FILL_MAX_S = 4.0
@@ -613,14 +625,17 @@ def _steady(times: list[float]) -> bool:
 
 
 def _filled(ages: list[float], times: list[float], num_workers: int = 0) -> bool:
-    """Whether the batches' age (``batch_age_s``) has stopped growing; true where no step has one.
+    """Whether the buffers have reached their level: the batches' age (``batch_age_s``) has stopped
+    growing, and the youngest batches have stopped getting younger; true where no step has an age.
 
     Worker processes take turns, batch by batch, and each has buffers of its own: the ages of
     consecutive batches alternate between the workers' (on the fp32 CNN above, two workers' batches
     were 1.0-1.6 s and 0.06-0.7 s old in turn, the second's still growing). So each worker's
     batches (every ``num_workers``-th) are a series of their own, and the buffers are full when no
     series' mean over its last FILL_WINDOW batches is more than FILL_TOL of the median step time
-    above its mean over the FILL_WINDOW before them."""
+    above its mean over the FILL_WINDOW before them. They are still draining while the series with
+    the youngest batches (the worker the step waits on) has its mean over the last FILL_WINDOW more
+    than FILL_TOL of a step below its mean over the FILL_WINDOW before (see the comment above)."""
     k, w = max(1, num_workers), FILL_WINDOW
     if not any(math.isfinite(a) for a in ages):
         return True
@@ -628,7 +643,12 @@ def _filled(ages: list[float], times: list[float], num_workers: int = 0) -> bool
     if len(recent) < 2 * w * k or not all(math.isfinite(a) for a in recent):
         return False
     tol = FILL_TOL * float(np.median(times[-w * k:]))
-    return all(float(np.mean(recent[j::k][w:])) - float(np.mean(recent[j::k][:w])) <= tol for j in range(k))
+    before = [float(np.mean(recent[j::k][:w])) for j in range(k)]
+    last = [float(np.mean(recent[j::k][w:])) for j in range(k)]
+    if any(b - a > tol for a, b in zip(before, last)):
+        return False  # a worker's batches growing older: its buffers still filling
+    youngest = int(np.argmin(last))
+    return before[youngest] - last[youngest] <= tol  # the batches the step waits on no longer draining
 
 
 def measure_window(step_fn, cfg: TrainConfig, on_measure_start=None, agree=None, agree_every: int = 1,

@@ -355,11 +355,42 @@ def test_filled_when_no_workers_batches_grow_older():
     # two workers in turn, one's batches 1.3 s old and the other's 0.2 s: full, though consecutive
     # ages jump
     assert train._filled([1.3, 0.2] * (2 * w), step, num_workers=2)
-    # the same with the second worker's batches still growing older: not full; taken as one series
-    # (the first worker's drop from 1.6 to 1.0 s) it would pass
+    # the same with the second worker's batches still growing older: not full. Taken as one series,
+    # the first worker's drop from 1.6 to 1.0 s hides the growth (the mean of both falls), and only
+    # the drain check (below) still holds the warm-up back
     growing = [x for i in range(2 * w) for x in ((1.6 if i < w else 1.0), 0.2 + 0.05 * i)]
     assert not train._filled(growing, step, num_workers=2)
-    assert train._filled(growing, step, num_workers=1)
+    tol = train.FILL_TOL * 0.1
+    one = growing[-2 * w:]
+    assert np.mean(one[w:]) - np.mean(one[:w]) <= tol  # no growth seen in one series
+    assert not train._filled(growing, step, num_workers=1)
+
+
+def test_not_filled_while_the_batches_the_step_waits_on_drain():
+    w, step = train.FILL_WINDOW, [0.01] * 40
+    # one worker's batches 10 ms younger each step (a backlog made while the step compiled): draining
+    assert not train._filled([0.15 - 0.01 * i for i in range(2 * w)], step)
+    # 0.4 ms younger each step: the last five's mean 2 ms below the five before, within 25% of a step
+    assert train._filled([0.05 - 0.0004 * i for i in range(2 * w)], step)
+    # the same ages, drained and level at 8 ms
+    assert train._filled([max(0.008, 0.15 - 0.01 * i) for i in range(30)], step)
+    # two workers: the first's lead shrinking, the second's batches (which the step waits on) level
+    # at 5 ms: filled, the step does not eat the first's lead faster than the second makes batches
+    lead = [x for i in range(2 * w) for x in (0.8 - 0.02 * i, 0.005)]
+    assert train._filled(lead, step, num_workers=2)
+    # both workers' backlogs shrinking: the youngest too, so still draining
+    both = [x for i in range(2 * w) for x in (0.8 - 0.02 * i, 0.2 - 0.01 * i)]
+    assert not train._filled(both, step, num_workers=2)
+
+
+def test_warmup_waits_for_the_buffers_to_drain():
+    # 10 ms steps, steady from the start; the batches' age falls 10 ms a step from 150 ms to 8 ms
+    ages = [float("nan")] + [max(0.008, 0.15 - 0.01 * i) for i in range(1, 400)]
+    w = train.measure_window(_FakeAged([0.01], ages), _smoke("x", warmup_steps=2, max_warmup_s=0.05))
+    # steady after 10 steps, but the ages fall until step 15 (8 ms from there on). With 24 steps the
+    # last five (19-23, 8 ms) are within 2.5 ms (25% of a step) of the five before (14-18: 8.4 ms in
+    # the mean); with 23, steps 13-17 average 10.8 ms, 2.8 ms above
+    assert w.steady and w.filled and w.warmup_steps == 24
 
 
 def test_warmup_waits_for_the_buffers_to_fill_up_to_its_limit():
