@@ -3,9 +3,10 @@ rules and prints, per configuration, how much later each would have stopped and 
 after that stop reads against the window the run measured. "growth" is the rule the runs ran
 (it reproduces every recorded warm-up, which the script checks), "youngest" the drain check now in
 ``experiments.train._filled`` (the youngest batches no longer getting younger), "every" a stricter
-one (no worker's batches getting younger). ``bias``: log of the recorded window's samples/s over
-the samples/s of its steps after the rule's stop (median over the runs; NaN where the stop falls
-within three steps of the window's end, counted in ``beyond``). From the repository root:
+one (no worker's batches getting younger). ``bias``: log of the recorded window's mean step over
+the mean step of its steps after the rule's stop, that is of the samples/s after the stop over the
+recorded window's (negative: the recorded window read fast; median over the runs; NaN where the
+stop falls within three steps of the window's end, counted in ``beyond``). From the repository root:
 
     .venv/bin/python results/cpu-2core/holdout/drain/replay.py 152 173
 """
