@@ -18,13 +18,12 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, ".")
-from experiments.train import FILL_MAX_S, FILL_TOL, FILL_WINDOW, _filled, _steady  # noqa: E402
+from experiments.train import FILL_TOL, FILL_WINDOW, _filled  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
-from table import growth_only  # noqa: E402
+from table import growth_only, stop  # noqa: E402
 
 H = Path("results/cpu-2core/holdout")
-MAX_WARMUP_S = 1.0
 
 
 def every_level(ages, times, k):
@@ -34,21 +33,6 @@ def every_level(ages, times, k):
     recent = ages[-2 * w * k:]
     tol = FILL_TOL * float(np.median(times[-w * k:]))
     return all(abs(np.mean(recent[j::k][w:]) - np.mean(recent[j::k][:w])) <= tol for j in range(k))
-
-
-def stop(t, ages, waits, k, rule):
-    warm = startup = 0.0
-    for i in range(len(t)):
-        warm += t[i]
-        if k and i < k + 1:
-            startup += waits[i]
-        if i + 1 < 3:
-            continue
-        s = warm - startup
-        if (_steady(list(t[:i + 1])) or s >= MAX_WARMUP_S) and (rule(list(ages[:i + 1]), list(t[:i + 1]), k)
-                                                                or s >= max(MAX_WARMUP_S, FILL_MAX_S)):
-            return i + 1
-    return None
 
 
 def main(first: int, last: int):
