@@ -167,7 +167,10 @@ def _make_segment_and(log, then, ready=None, go=None):
 def test_segments_of_a_killed_worker_are_released_and_a_live_ones_kept():
     import multiprocessing as mp
     from experiments.loader import new_segment_log, release_dead_workers_segments
-    ctx = mp.get_context("fork")
+    # spawned, as Grain spawns a loader's workers: a child forked from this multi-threaded process can
+    # inherit the resource tracker's lock held by another thread, and then hangs in SharedMemory()
+    # (it did in one of three runs of the worker and signal tests on the 2-core AMD EPYC, 2026-12-06)
+    ctx = mp.get_context("spawn")
     log = new_segment_log()
     dead = ctx.Process(target=_make_segment_and, args=(log, "die"))
     dead.start()
