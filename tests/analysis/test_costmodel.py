@@ -333,6 +333,36 @@ def test_arrayrecord_samples_get_their_own_offset_in_the_pipeline():
     assert AR_OFFSET not in costmodel.fit(one, stage_probe=synthetic_stage_probe(true)).params
 
 
+def test_arrayrecord_offset_grows_with_the_pixels_when_the_rows_read_it_at_several_sizes():
+    # Version 19: ArrayRecord's offset is a fixed part plus a part per pixel, identified by the rows
+    # that read ArrayRecord at two image sizes or more; read at one size, the two are not told apart
+    # and only the fixed part is fitted
+    from analysis.costmodel.model import AR_OFFSET, AR_OFFSET_PIXEL, REF_PIXELS, stage_time
+    true = {**ONE_NU, "stage_base_s": 2e-5, "stage_pixel_s": 4e-6, "decode_pixel_s": 1.5e-5,
+            "stage_offset_s": 4e-5, AR_OFFSET: 1.5e-5, AR_OFFSET_PIXEL: 1e-5}
+    rows = synthetic_rows(params=true, cpu_stamps=True)
+    kf = features.knob_frame(rows)
+    ar = (kf.source == "arrayrecord").to_numpy()
+    assert kf.pixels[ar].nunique() >= 2
+    model = costmodel.fit(rows, stage_probe=synthetic_stage_probe(true))
+    assert model.params[AR_OFFSET] == pytest.approx(1.5e-5, rel=0.05)
+    assert model.params[AR_OFFSET_PIXEL] == pytest.approx(1e-5, rel=0.05)
+    assert model.stats["stage_rms_log_residual"] < 1e-6
+    # the offset on top of the stages alone: 15 µs + 10 µs per 32×32×3 pixels, 48×48 above 16×16
+    from analysis.costmodel.model import stage_alone_time
+    off = stage_time(model.params, kf)[ar] - stage_alone_time(model.params, kf)[ar]
+    np.testing.assert_allclose(off, 1.5e-5 + 1e-5 * kf.pixels[ar].to_numpy() / REF_PIXELS, rtol=0.02)
+    # ArrayRecord read at one image size: one fixed offset, fitted to that size's offset
+    one = rows[(rows.source != "arrayrecord") | (rows.image_size == 32)]
+    m1 = costmodel.fit(one, stage_probe=synthetic_stage_probe(true))
+    assert AR_OFFSET_PIXEL not in m1.params
+    assert m1.params[AR_OFFSET] == pytest.approx(2.5e-5, rel=0.05)
+    # a RAM or memmap sample's offset does not grow with the pixels
+    ram = ~ar
+    np.testing.assert_allclose(stage_time(model.params, kf)[ram] - stage_alone_time(model.params, kf)[ram],
+                               model.params["stage_offset_s"], rtol=1e-9)
+
+
 def test_a_slow_spell_in_one_round_of_the_stage_probe_does_not_move_the_stages():
     # Three rounds of the probe (experiments.components' stage_repeats), one of them caught in a slow
     # spell on one combination (1.45x, as pair27's ArrayRecord 16x16 with 4 passes): the fit takes
