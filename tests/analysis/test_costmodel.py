@@ -513,7 +513,10 @@ def test_a_model_size_is_calibrated_per_family():
 
 
 def test_cpu_scale_carries_the_loader_costs_to_a_slower_host():
-    m = _true_model({**TRUE, "stage_base_s": 3e-5, "stage_pixel_s": 4e-6})
+    from analysis.costmodel.model import AR_OFFSET, AR_OFFSET_PIXEL
+    # ArrayRecord's offsets (a fixed part and one per pixel) are host CPU too: the first row reads it
+    m = _true_model({**TRUE, "stage_base_s": 3e-5, "stage_pixel_s": 4e-6, "stage_offset_s": 2e-5,
+                     AR_OFFSET: 1e-5, AR_OFFSET_PIXEL: 3e-4})
     cfg = pd.DataFrame({"model": ["mlp", "cnn"], "num_workers": [0, 2], "image_size": [32, 16],
                         "augment_cost": [2, 4], "source": ["arrayrecord", "memmap"]})
     base, slow = components(m, cfg), components(m, cfg, cpu_scale=1.5)
