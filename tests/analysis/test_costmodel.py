@@ -357,6 +357,19 @@ def test_arrayrecord_offset_grows_with_the_pixels_when_the_rows_read_it_at_sever
     m1 = costmodel.fit(one, stage_probe=synthetic_stage_probe(true))
     assert AR_OFFSET_PIXEL not in m1.params
     assert m1.params[AR_OFFSET] == pytest.approx(2.5e-5, rel=0.05)
+    # version 20: outside the ArrayRecord sizes the fit read, the offset is flat (the nearest size's),
+    # not the line carried on: fitted on 16×16 and 32×32, a 48×48 ArrayRecord sample gets 32×32's
+    from analysis.costmodel.model import AR_PIXELS_HI, AR_PIXELS_LO
+    assert (model.params[AR_PIXELS_LO], model.params[AR_PIXELS_HI]) == (0.25, 2.25)
+    small = rows[(rows.source != "arrayrecord") | (rows.image_size < 48)]
+    m2 = costmodel.fit(small, stage_probe=synthetic_stage_probe(true))
+    assert (m2.params[AR_PIXELS_LO], m2.params[AR_PIXELS_HI]) == (0.25, 1.0)
+    assert m2.params[AR_OFFSET_PIXEL] == pytest.approx(1e-5, rel=0.05)
+    at = pd.DataFrame({"source": "arrayrecord", "image_size": [32, 48], "augment_cost": 2})
+    kat = features.knob_frame(at)
+    off2 = stage_time(m2.params, kat) - stage_alone_time(m2.params, kat)
+    np.testing.assert_allclose(off2, 2.5e-5, rtol=0.02)
+    assert AR_PIXELS_HI not in m1.params
     # a RAM or memmap sample's offset does not grow with the pixels
     ram = ~ar
     np.testing.assert_allclose(stage_time(model.params, kf)[ram] - stage_alone_time(model.params, kf)[ram],
