@@ -337,7 +337,8 @@ def test_arrayrecord_offset_grows_with_the_pixels_when_the_rows_read_it_at_sever
     # Version 19: ArrayRecord's offset is a fixed part plus a part per pixel, identified by the rows
     # that read ArrayRecord at two image sizes or more; read at one size, the two are not told apart
     # and only the fixed part is fitted
-    from analysis.costmodel.model import AR_OFFSET, AR_OFFSET_PIXEL, REF_PIXELS, stage_time
+    from analysis.costmodel.model import (AR_OFFSET, AR_OFFSET_PIXEL, AR_PIXELS_HI, AR_PIXELS_LO, REF_PIXELS,
+                                          stage_alone_time, stage_time)
     true = {**ONE_NU, "stage_base_s": 2e-5, "stage_pixel_s": 4e-6, "decode_pixel_s": 1.5e-5,
             "stage_offset_s": 4e-5, AR_OFFSET: 1.5e-5, AR_OFFSET_PIXEL: 1e-5}
     rows = synthetic_rows(params=true, cpu_stamps=True)
@@ -349,7 +350,6 @@ def test_arrayrecord_offset_grows_with_the_pixels_when_the_rows_read_it_at_sever
     assert model.params[AR_OFFSET_PIXEL] == pytest.approx(1e-5, rel=0.05)
     assert model.stats["stage_rms_log_residual"] < 1e-6
     # the offset on top of the stages alone: 15 µs + 10 µs per 32×32×3 pixels, 48×48 above 16×16
-    from analysis.costmodel.model import stage_alone_time
     off = stage_time(model.params, kf)[ar] - stage_alone_time(model.params, kf)[ar]
     np.testing.assert_allclose(off, 1.5e-5 + 1e-5 * kf.pixels[ar].to_numpy() / REF_PIXELS, rtol=0.02)
     # ArrayRecord read at one image size: one fixed offset, fitted to that size's offset
@@ -359,7 +359,6 @@ def test_arrayrecord_offset_grows_with_the_pixels_when_the_rows_read_it_at_sever
     assert m1.params[AR_OFFSET] == pytest.approx(2.5e-5, rel=0.05)
     # version 20: outside the ArrayRecord sizes the fit read, the offset is flat (the nearest size's),
     # not the line carried on: fitted on 16×16 and 32×32, a 48×48 ArrayRecord sample gets 32×32's
-    from analysis.costmodel.model import AR_PIXELS_HI, AR_PIXELS_LO
     assert (model.params[AR_PIXELS_LO], model.params[AR_PIXELS_HI]) == (0.25, 2.25)
     small = rows[(rows.source != "arrayrecord") | (rows.image_size < 48)]
     m2 = costmodel.fit(small, stage_probe=synthetic_stage_probe(true))
