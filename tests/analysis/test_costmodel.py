@@ -372,7 +372,38 @@ def test_arrayrecord_offset_grows_with_the_pixels_when_the_rows_read_it_at_sever
     # a RAM or memmap sample's offset does not grow with the pixels
     ram = ~ar
     np.testing.assert_allclose(stage_time(model.params, kf)[ram] - stage_alone_time(model.params, kf)[ram],
-                               model.params["stage_offset_s"], rtol=1e-9)
+                               model.params["stage_offset_s"], rtol=1e-6)
+
+
+def test_arrayrecord_offset_holds_a_part_per_batch_when_the_rows_read_it_at_several_batch_sizes():
+    # Version 21: ArrayRecord's offset falls with the batch (a cost per batch spread over its samples),
+    # identified beside the fixed and per-pixel parts by rows that read ArrayRecord at two batch sizes
+    # or more; read at one batch size, the part per batch is not fitted and the fixed part holds it
+    from analysis.costmodel.model import AR_OFFSET, AR_OFFSET_BATCH, AR_OFFSET_PIXEL, REF_PIXELS, stage_alone_time
+    true = {**ONE_NU, "stage_base_s": 2e-5, "stage_pixel_s": 4e-6, "decode_pixel_s": 1.5e-5,
+            "stage_offset_s": 4e-5, AR_OFFSET: 1.5e-5, AR_OFFSET_PIXEL: 5e-6, AR_OFFSET_BATCH: 1.28e-3}
+    rows = synthetic_rows(params=true, cpu_stamps=True)
+    kf = features.knob_frame(rows)
+    ar = (kf.source == "arrayrecord").to_numpy()
+    assert kf.batch_size[ar].nunique() >= 2 and kf.pixels[ar].nunique() >= 2
+    model = costmodel.fit(rows, stage_probe=synthetic_stage_probe(true))
+    for k in (AR_OFFSET, AR_OFFSET_PIXEL, AR_OFFSET_BATCH, "stage_offset_s"):
+        assert model.params[k] == pytest.approx(true[k], rel=0.05), k
+    assert model.stats["stage_rms_log_residual"] < 1e-6
+    # 10 µs a sample at batch 128, 40 µs at 32, on top of 15 µs + 5 µs per 32×32×3 pixels
+    off = stage_time(model.params, kf)[ar] - stage_alone_time(model.params, kf)[ar]
+    px = np.clip(kf.pixels[ar].to_numpy() / REF_PIXELS, kf.pixels[ar].min() / REF_PIXELS, kf.pixels[ar].max() / REF_PIXELS)
+    np.testing.assert_allclose(off, 1.5e-5 + 5e-6 * px + 1.28e-3 / kf.batch_size[ar].to_numpy(), rtol=0.02)
+    # a RAM or memmap sample's offset does not move with the batch
+    np.testing.assert_allclose(stage_time(model.params, kf)[~ar] - stage_alone_time(model.params, kf)[~ar],
+                               model.params["stage_offset_s"], rtol=1e-6)
+    # the rows read ArrayRecord at one batch size: no part per batch
+    b = int(kf.batch_size[ar].mode().iloc[0])
+    one = rows[(rows.source != "arrayrecord") | (rows.batch_size == b)]
+    m1 = costmodel.fit(one, stage_probe=synthetic_stage_probe(true))
+    assert AR_OFFSET_BATCH not in m1.params and AR_OFFSET in m1.params
+    # and the part is host CPU: cpu_scale carries it to a slower host with the rest
+    assert AR_OFFSET_BATCH in costmodel.model.HOST_CPU_PARAMS
 
 
 def test_a_slow_spell_in_one_round_of_the_stage_probe_does_not_move_the_stages():
