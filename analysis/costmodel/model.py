@@ -885,7 +885,8 @@ def stage_time(p: dict, kf: pd.DataFrame) -> np.ndarray:
     off = p.get("stage_offset_s", 0.0)
     if AR_OFFSET in p:
         px = np.clip(np.asarray(kf.pixels, float) / REF_PIXELS, p.get(AR_PIXELS_LO, 0.0), p.get(AR_PIXELS_HI, np.inf))
-        ar = p[AR_OFFSET] + p.get(AR_OFFSET_PIXEL, 0.0) * px + p.get(AR_OFFSET_BATCH, 0.0) / np.asarray(kf.batch_size, float)
+        ar = (p[AR_OFFSET] + p.get(AR_OFFSET_PIXEL, 0.0) * px
+              + p.get(AR_OFFSET_BATCH, 0.0) / np.asarray(kf.batch_size, float))
         off = np.where(np.asarray(kf.source) == "arrayrecord", ar, off)
     g = stage_alone_time(p, kf) + off
     if "stage_main_scale" not in p:
