@@ -82,14 +82,43 @@ def cmd_fit(args) -> int:
                 loader_probe=d["loader_probe"] if args.loader_probe else None, stage_probe=d["stage_probe"],
                 worker_probe=d["worker_probe"])
     out = Path(args.out or Path(args.results[0]) / "costmodel.json")
+    if not args.no_intervals:
+        model.heldout = _heldout(d, args)
     model.save(out)
     print(model.report())
     print(f"wrote {out}")
     return 0
 
 
+#: the fewest configurations a fit cross-validates for its prediction intervals: below it a fold
+#: would hold out most of what there is
+MIN_INTERVAL_CONFIGS = 6
+
+
+def _heldout(d: dict, args) -> dict:
+    """The fitted rows' own 5-fold cross-validation, as ``costmodel cv`` runs it, kept in the model for
+    its prediction intervals (``analysis.costmodel.evaluate.heldout_record``); {} with a note where
+    the rows hold too few configurations or cannot be cross-validated."""
+    from analysis.costmodel.evaluate import cross_validate, heldout_record
+    from analysis.costmodel.model import measured_configs
+    n = len(measured_configs(d["rows"]))
+    if n < MIN_INTERVAL_CONFIGS:
+        print(f"note: {n} configuration(s), fewer than {MIN_INTERVAL_CONFIGS}: no cross-validation, so no "
+              f"prediction intervals", file=sys.stderr)
+        return {}
+    folds = min(5, n)
+    try:
+        cmp = cross_validate(d["rows"], folds=folds, probes=d["probes"], steps=d["steps"],
+                             step_probe=d["step_probe"], stage_probe=d["stage_probe"], worker_probe=d["worker_probe"],
+                             loader_probe=d["loader_probe"] if args.loader_probe else None)
+    except CostModelError as e:
+        print(f"note: no prediction intervals: the rows could not be cross-validated ({e})", file=sys.stderr)
+        return {}
+    return heldout_record(cmp, folds=folds)
+
+
 def cmd_predict(args) -> int:
-    from analysis.costmodel.model import load, predict
+    from analysis.costmodel.model import INTERVAL_LEVEL, interval_halfwidth, load, predict
     model = load(args.model)
     if bool(args.grid) == bool(args.configs):
         raise CostModelError("predict: give either --grid key=v1,v2 ... or --configs CONFIGS.csv")
@@ -101,14 +130,23 @@ def cmd_predict(args) -> int:
             configs = configs.drop_duplicates("config_id")
     else:
         configs = parse_grid(args.grid)
-    pred = predict(model, configs)
+    if args.level is not None and not model.heldout.get("abs_log_errors"):
+        raise CostModelError(f"--level {args.level}: {args.model} kept no held-out errors to size an interval "
+                             f"with; refit it with 'python -m analysis costmodel fit RESULTS_DIR' (without --no_intervals)")
+    level = INTERVAL_LEVEL if args.level is None else args.level
+    interval_halfwidth([0.0], level)  # a bad level fails here, before any work
+    pred = predict(model, configs, level=level)
     cols = [c for c in ("model", "batch_size", "image_size", "augment_cost", "source", "precision", "grad_accum_steps",
-                        "num_workers", "prefetch_buffer_size", "feed", "samples_per_s", "stall_frac", "input_bound",
-                        "bottleneck", "extrapolated") if c in pred]
+                        "num_workers", "prefetch_buffer_size", "feed", "samples_per_s", "samples_per_s_lo",
+                        "samples_per_s_hi", "stall_frac", "input_bound", "bottleneck", "extrapolated") if c in pred]
     if args.out:
         pred.to_csv(args.out, index=False)
         print(f"wrote {args.out}")
     print(pred[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    if "samples_per_s_lo" in pred:
+        print(f"samples_per_s_lo/_hi: the {level:.0%} prediction interval, from the "
+              f"{len(model.heldout['abs_log_errors'])} configurations the model's study held out of its own fit "
+              f"(analysis.costmodel.model.interval_halfwidth); none for an extrapolated configuration")
     return 0
 
 
@@ -135,6 +173,9 @@ def _print_parts(s: dict) -> None:
             print(f"  the exact model errs as much as this model's median in {f['p_median']:.1%} of the draws "
                   f"({noise_verdict(f['p_median'])} the noise), as much as its max in {f['p_max']:.1%} "
                   f"({noise_verdict(f['p_max'])} the noise)")
+    if "interval_coverage" in s:
+        print(f"prediction intervals ({s['interval_level']:.0%}, from the model's study's held-out errors): "
+              f"{s['n_in_interval']} of {s['n_with_interval']} measured medians inside ({s['interval_coverage']:.0%})")
     if "median_stage_ratio" in s or "median_step_ratio" in s:
         parts = []
         if "median_stage_ratio" in s:
@@ -214,8 +255,10 @@ def cmd_compare(args) -> int:
                   f"folder's on the same stages; --set cpu_scale={ratio['median']:.2f} carries the model's loader "
                   f"costs to this host by that ratio (it cut the what-if's median error on an H200 host and raised "
                   f"it on an H100 host: results/nvidia-h100/README.md)", file=sys.stderr)
-    print(cmp[["config_id", "measured", "measured_lo", "measured_hi", "predicted", "rel_error", "within_noise",
-               "bottleneck"]].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    # (the interval's columns after rel_error: scripts read the first six by position)
+    print(cmp[[c for c in ("config_id", "measured", "measured_lo", "measured_hi", "predicted", "rel_error",
+                           "within_noise", "predicted_lo", "predicted_hi", "covered", "bottleneck") if c in cmp]
+              ].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     w = worst(cmp)
     for _, r in w.iterrows():
         print(f"worst: {r.config_id} {r.rel_error:+.1%} {r.reason}")
@@ -324,6 +367,12 @@ def cmd_holdout(args) -> int:
         for cpu, e in m["exact_by_cpu"].items():
             print(f"  {cpu}: {e['n_pairs']} pair(s); the model meets both in {e['n_meeting_both']}, an exact model "
                   f"in {e['exact_meeting_both']:.1f}")
+    c = m.get("compare_interval_coverage")
+    if c:
+        from analysis.costmodel.model import INTERVAL_LEVEL
+        print(f"prediction intervals: {c['n_in_interval']} of the comparisons' {c['n_with_interval']} measured medians "
+              f"({c['coverage']:.1%}) fell inside the {INTERVAL_LEVEL:.0%} interval sized by their study's "
+              f"cross-validation")
     for path in (args.out, args.errors_out):
         if path:
             print(f"wrote {path}")
@@ -340,12 +389,17 @@ def add_args(p: argparse.ArgumentParser) -> None:
     f.add_argument("--loader_probe", action="store_true",
                    help="fit the loader terms to loader_probe/rows.csv too (off by default: on the committed "
                         "study it raised the held-out error; see analysis.costmodel.model.fit)")
+    f.add_argument("--no_intervals", action="store_true",
+                   help="skip the 5-fold cross-validation (about five more fits) that sizes the model's "
+                        "prediction intervals; its predictions then have none")
     f.set_defaults(_action=cmd_fit)
     pr = sub.add_parser("predict", help="predict configurations")
     pr.add_argument("model", help="MODEL.json from 'costmodel fit'")
     pr.add_argument("--grid", nargs="+", metavar="KEY=V1,V2", help="a grid of knob values")
     pr.add_argument("--configs", help="a CSV of configurations (a measured rows.csv works)")
     pr.add_argument("--out", help="write the predictions as CSV")
+    pr.add_argument("--level", type=float,
+                    help="the prediction interval's level (default 0.8), from the held-out errors the model kept")
     pr.set_defaults(_action=cmd_predict)
     c = sub.add_parser("compare", help="predict a results folder's configurations and compare")
     c.add_argument("model")
@@ -467,7 +521,7 @@ def cmd_recommend(args) -> int:
 
 def run_whatif(args: argparse.Namespace) -> int:
     from analysis.costmodel.evaluate import whatif
-    from analysis.costmodel.model import load
+    from analysis.costmodel.model import INTERVAL_LEVEL, load
     try:
         model = load(args.model)
         changes, machine = parse_sets(args.set)
@@ -479,10 +533,17 @@ def run_whatif(args: argparse.Namespace) -> int:
         return 2
     print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     w = table.iloc[1]
-    print(f"what if {' '.join(args.set)}: {w.samples_per_s:.4g} samples/s ({w.speedup:.2f}× the baseline), "
+    span = (f" [{w.samples_per_s_lo:.4g}, {w.samples_per_s_hi:.4g}]"
+            if "samples_per_s_lo" in table and np.isfinite(w.samples_per_s_lo) else "")
+    print(f"what if {' '.join(args.set)}: {w.samples_per_s:.4g}{span} samples/s ({w.speedup:.2f}× the baseline), "
           f"bottleneck {w.bottleneck}, {w.input_bound}" + (f"; EXTRAPOLATION: {w.extrapolated}" if w.extrapolated else ""))
+    if span:
+        print(f"[lo, hi]: the {INTERVAL_LEVEL:.0%} prediction interval from the held-out errors of "
+              f"the model's study")
     if args.json:
+        extra = ({"samples_per_s_lo": float(w.samples_per_s_lo), "samples_per_s_hi": float(w.samples_per_s_hi)}
+                 if span else {})
         _print_json({"samples_per_s": float(w.samples_per_s), "baseline_samples_per_s": float(table.samples_per_s.iloc[0]),
-                     "speedup": float(w.speedup), "bottleneck": w.bottleneck, "stall_frac": float(w.stall_frac),
+                     **extra, "speedup": float(w.speedup), "bottleneck": w.bottleneck, "stall_frac": float(w.stall_frac),
                      "extrapolated": w.extrapolated})
     return 0

@@ -42,7 +42,10 @@ def compare(measured_rows: pd.DataFrame, predicted: pd.DataFrame,
         ``config_id``, the knobs, ``measured`` (median samples/s), ``measured_lo``/``_hi`` (its
         interval over repeats), ``predicted``, ``rel_error`` (predicted / measured − 1),
         ``within_noise`` (the prediction lies inside the measured interval), ``bottleneck``,
-        ``input_bound`` and ``extrapolated``.
+        ``input_bound`` and ``extrapolated``; where the prediction has an interval (a model that kept
+        its study's held-out errors: ``analysis.costmodel.model.interval_halfwidth``),
+        ``predicted_lo``/``_hi``, ``interval_level`` and ``covered`` (the measured median inside
+        the prediction's interval; NaN where the prediction has none).
     """
     meas = measured_configs(measured_rows)
     pred = predicted.reset_index(drop=True)
@@ -63,6 +66,12 @@ def compare(measured_rows: pd.DataFrame, predicted: pd.DataFrame,
     out["predicted"] = pred.samples_per_s.to_numpy(float)
     out["rel_error"] = out.predicted / out.measured - 1
     out["within_noise"] = (out.predicted >= out.measured_lo) & (out.predicted <= out.measured_hi)
+    if {"samples_per_s_lo", "samples_per_s_hi"} <= set(pred.columns):
+        lo, hi = pred.samples_per_s_lo.to_numpy(float), pred.samples_per_s_hi.to_numpy(float)
+        out["predicted_lo"], out["predicted_hi"] = lo, hi
+        out["interval_level"] = pred["interval_level"].to_numpy(float)
+        m = out.measured.to_numpy(float)
+        out["covered"] = np.where(np.isfinite(lo), ((m >= lo) & (m <= hi)).astype(float), np.nan)
     for c in ("bottleneck", "input_bound", "stall_frac", "stage_to_fix", "extrapolated", "fold", "fault_s"):
         if c in pred:
             out[c] = pred[c].to_numpy()
@@ -295,6 +304,15 @@ def summary(cmp: pd.DataFrame) -> dict:
         out["max_work_spread"] = float(np.nanmax(cmp.work_spread.to_numpy(float)))
     if "extrapolated" in cmp:
         out["extrapolated"] = int((cmp.extrapolated.astype(str) != "").sum())
+    if "covered" in cmp and np.isfinite(cmp.covered.to_numpy(float)).any():
+        # the prediction intervals against the measured medians: a share near the level says the
+        # intervals are honest here, one far below it that these predictions err more than the
+        # study's own held-out configurations did
+        cov = cmp.covered.to_numpy(float)
+        out["interval_level"] = float(np.nanmedian(cmp.interval_level.to_numpy(float)))
+        out["n_in_interval"] = int(np.nansum(cov))
+        out["n_with_interval"] = int(np.isfinite(cov).sum())
+        out["interval_coverage"] = out["n_in_interval"] / out["n_with_interval"]
     for r in ("stage_ratio", "step_ratio"):  # the machine against the calibrated one (see compare)
         v = cmp[r].to_numpy(float) if r in cmp else np.zeros(0)
         if np.isfinite(v).any():
@@ -627,6 +645,19 @@ def cross_validate(rows: pd.DataFrame, *, kind: str = "kfold", folds: int = 5, s
     return pd.concat(out, ignore_index=True)
 
 
+def heldout_record(cmp: pd.DataFrame, kind: str = "kfold", folds: int = 5, seed: int = 0) -> dict:
+    """What a model keeps of its study's cross-validation (:func:`cross_validate`'s frame, ``cmp``)
+    to size its prediction intervals (``CostModel.heldout``): the held-out configurations'
+    ``|log(predicted / measured)|``, sorted, and how they were held out.
+
+    >>> heldout_record(pd.DataFrame({"rel_error": [0.1, -0.05, float("nan")]}))["abs_log_errors"]
+    [0.05129329438755058, 0.09531017980432474]
+    """
+    e = np.abs(np.log1p(cmp.rel_error.to_numpy(float)))
+    return {"kind": kind, "folds": int(folds), "seed": int(seed),
+            "abs_log_errors": [float(v) for v in np.sort(e[np.isfinite(e)])]}
+
+
 def whatif(model: CostModel, base: pd.DataFrame, changes: dict, hierarchy: str | None = None,
            cpu_count: int | None = None, cpu_scale: float | None = None) -> pd.DataFrame:
     """The baseline configuration and the same with ``changes``, predicted side by side.
@@ -638,8 +669,9 @@ def whatif(model: CostModel, base: pd.DataFrame, changes: dict, hierarchy: str |
         hierarchy, cpu_count, cpu_scale: as in :func:`predict` (apply to the changed configuration only).
 
     Returns:
-        Two rows (``baseline``, ``what if``): samples/s, stall fraction, input-bound grade,
-        bottleneck, stage to fix and extrapolation flags.
+        Two rows (``baseline``, ``what if``): samples/s (with its prediction interval,
+        ``samples_per_s_lo``/``_hi``, where the model has one; NaN for an extrapolated row), stall
+        fraction, input-bound grade, bottleneck, stage to fix and extrapolation flags.
     """
     if len(base) != 1:
         raise CostModelError(f"base: {len(base)} rows; give exactly one baseline configuration")
@@ -650,6 +682,8 @@ def whatif(model: CostModel, base: pd.DataFrame, changes: dict, hierarchy: str |
     w = predict(model, changed, hierarchy=hierarchy, cpu_count=cpu_count, cpu_scale=cpu_scale)
     cols = ["samples_per_s", "bound_samples_per_s", "stall_frac", "input_bound", "bottleneck", "stage_to_fix",
             "extrapolated", "num_workers", "batch_size", "precision", "feed"]
+    if "samples_per_s_lo" in b:  # the model kept its study's held-out errors: prediction intervals
+        cols[1:1] = ["samples_per_s_lo", "samples_per_s_hi"]
     out = pd.concat([b[cols], w[cols]], ignore_index=True)
     out.insert(0, "case", ["baseline", "what if"])
     out["speedup"] = out.samples_per_s / out.samples_per_s.iloc[0]

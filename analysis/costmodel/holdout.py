@@ -54,7 +54,7 @@ CONFIG_KEY = ("model", "precision", "grad_accum_steps", "batch_size", "image_siz
 MIN_BIAS_PAIRS = 3
 #: the summary keys carried into a pair's row, per check
 KEYS = ("median_abs_rel_error", "max_abs_rel_error", "kendall_tau", "n", "median_interval_width",
-        "median_work_spread")
+        "median_work_spread", "n_in_interval", "n_with_interval", "interval_coverage")
 #: the noise floor's keys carried into a pair's row, per check, as ``<check>_floor_<key>``
 #: (:func:`analysis.costmodel.evaluate.noise_floor`)
 FLOOR_KEYS = ("median_abs_rel_error", "max_abs_rel_error", "kendall_tau", "p_goal", "noise_sd", "p_median", "p_max")
@@ -121,7 +121,8 @@ def evaluate_pair(name: str, study: str, second: str, goal: dict = GOAL) -> dict
     ``costmodel cv STUDY --keep_probes``; each with its noise floor (what an exact model would score
     against the same measurements, and how often it would meet ``goal``)."""
     from analysis.costmodel.cli import read_dir
-    from analysis.costmodel.evaluate import cross_validate, noise_floor, other_platform, predicted_vs_measured, summary
+    from analysis.costmodel.evaluate import (cross_validate, heldout_record, noise_floor, other_platform,
+                                             predicted_vs_measured, summary)
     from analysis.costmodel.model import fit, measured_configs
     d = read_dir(study)
 
@@ -135,7 +136,11 @@ def evaluate_pair(name: str, study: str, second: str, goal: dict = GOAL) -> dict
     s2 = read_dir(second)
     meas = measured_configs(s2["rows"])
     other_platform(model, meas, None)
-    frames = {"cv": cv(True), "cv_kept": cv(False), "compare": predicted_vs_measured(model, s2["rows"], meas)}
+    frames = {"cv": cv(True), "cv_kept": cv(False)}
+    # the model's prediction intervals from its study's own cross-validation, as 'costmodel fit' sizes
+    # them: the comparison says how many of the second sweep's measurements fall inside
+    model.heldout = heldout_record(frames["cv"])
+    frames["compare"] = predicted_vs_measured(model, s2["rows"], meas)
     env = model.environment
     sums = {check: summary(f) for check, f in frames.items()}
     for check, f in frames.items():
@@ -238,6 +243,12 @@ def medians(table: pd.DataFrame) -> dict:
                                   for k in ("median_abs_rel_error", "max_abs_rel_error", "kendall_tau")}
         out[f"n_meeting_{check}"] = int(table[f"{short}_meets"].sum())
     out["n_meeting_both"] = int(table.both_meet.sum())
+    if "cmp_n_with_interval" in table and np.nansum(table.cmp_n_with_interval.to_numpy(float)) > 0:
+        # the comparisons' measured medians inside the model's prediction intervals, over every pair
+        n_in = float(np.nansum(table.cmp_n_in_interval.to_numpy(float)))
+        n_all = float(np.nansum(table.cmp_n_with_interval.to_numpy(float)))
+        out["compare_interval_coverage"] = {"n_in_interval": int(n_in), "n_with_interval": int(n_all),
+                                            "coverage": n_in / n_all}
     out["pairs_meeting_both"] = table.pair[table.both_meet].tolist()
     kept_both = table.cvk_meets & table.cmp_meets
     out["n_meeting_both_kept"] = int(kept_both.sum())

@@ -569,6 +569,10 @@ class CostModel:
             hold no faults, so that a shape with accumulation may take its twin's, :func:`_twin_anchor`).
         environment: platform, device kind and versions of the rows it was fitted on.
         sources: the folders it was fitted on.
+        heldout: the study's own cross-validation, kept for prediction intervals
+            (:func:`interval_halfwidth`): ``kind``, ``folds``, ``seed`` and ``abs_log_errors``, each
+            held-out configuration's ``|log(predicted / measured)|``, sorted; empty when the fit did
+            not cross-validate (``costmodel fit --no_intervals``, or a fold's own fit).
     """
 
     params: dict
@@ -582,6 +586,7 @@ class CostModel:
     faults: dict = dataclasses.field(default_factory=dict)
     environment: dict = dataclasses.field(default_factory=dict)
     sources: list = dataclasses.field(default_factory=list)
+    heldout: dict = dataclasses.field(default_factory=dict)
 
     def report(self) -> str:
         """The fit as text, lmfit-style: statistics, then parameter, value, stderr, interval."""
@@ -598,6 +603,12 @@ class CostModel:
         if pr.get("n"):
             lines.append(f"    runs / step probe  = {pr['ratio']:.3f} (the runs' device-resident step over the probe's, "
                          f"median of {pr['n']} shape(s) both measured; {pr['lo']:.3f}–{pr['hi']:.3f})")
+        e = self.heldout.get("abs_log_errors") or []
+        if len(e):
+            q = interval_halfwidth(e, INTERVAL_LEVEL)
+            lines.append(f"    held out ({self.heldout.get('folds', '?')}-fold) = median |log error| {np.median(e):.4f}, "
+                         f"max {max(e):.4f} over {len(e)} configurations; {INTERVAL_LEVEL:.0%} prediction interval "
+                         + (f"x/÷ {math.exp(q):.3f}" if math.isfinite(q) else "unbounded (too few held out)"))
         lines.append("[[Parameters]]")
         for _, r in self.table.iterrows():
             if r.fixed:
@@ -614,7 +625,7 @@ class CostModel:
                 "ranges": self.ranges, "cpu_count": self.cpu_count, "transfer": self.transfer,
                 "jitter": list(map(float, self.jitter)), "step_anchors": self.step_anchors,
                 "faults": self.faults, "environment": self.environment,
-                "sources": list(map(str, self.sources))}
+                "sources": list(map(str, self.sources)), "heldout": self.heldout}
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
@@ -647,7 +658,7 @@ def load(path: str | Path) -> CostModel:
                      ranges=obj["ranges"], cpu_count=int(obj["cpu_count"]), transfer=obj["transfer"],
                      jitter=obj.get("jitter", []), step_anchors=obj.get("step_anchors", []),
                      faults=obj.get("faults", {}), environment=obj.get("environment", {}),
-                     sources=obj.get("sources", []))
+                     sources=obj.get("sources", []), heldout=obj.get("heldout", {}))
 
 
 # ----------------------------------------------------------------------------- the equations
@@ -2313,9 +2324,44 @@ def _stage_to_fix(bottleneck: str, nw: int) -> str:
             "main-thread per-batch work": "main thread: fewer, larger batches or a lighter per-batch path"}.get(bottleneck, bottleneck)
 
 
+#: a prediction interval's default level. With the quick study's 17 configurations held out it is
+#: the 15th smallest of their 17 errors, a coverage of 15/18 = 83% for a configuration exchangeable
+#: with them (0.9 takes the largest, 17/18 = 94%; 0.95 would need 19). Checked on the held-out
+#: pairs' second sweeps: results/cpu-2core/holdout/README.md, "Prediction intervals".
+INTERVAL_LEVEL = 0.8
+
+
+def interval_halfwidth(abs_log_errors, level: float = INTERVAL_LEVEL) -> float:
+    """The half-width ``q`` (in log) of the prediction interval ``[p·e^−q, p·e^q]`` around a
+    prediction ``p``, at ``level``, from held-out errors ``|log(predicted / measured)|``: the
+    ⌈(n + 1)·level⌉-th smallest of the n (split-conformal, or jackknife, prediction intervals). A
+    configuration whose error is exchangeable with the held-out ones falls inside with probability
+    at least ``level``; ``inf`` where ⌈(n + 1)·level⌉ > n (n errors cannot bound so high a level).
+
+    Why this and not the parameters' standard errors propagated: the held-out error of the quick
+    studies is mostly the model's form at configurations the fit did not see (corners the designed
+    sample holds once) and the host's speed between runs, neither of which the parameters' covariance
+    holds.
+
+    >>> interval_halfwidth([0.04, 0.01, 0.03, 0.02], 0.5)  # the ⌈5 · 0.5⌉ = 3rd smallest
+    0.03
+    >>> interval_halfwidth([0.04, 0.01, 0.03, 0.02], 0.9)
+    inf
+    """
+    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
+        raise CostModelError(f"interval level {level!r}: expected a number between 0 and 1, e.g. 0.8")
+    e = np.abs(np.asarray(abs_log_errors, float))
+    e = np.sort(e[np.isfinite(e)])
+    if not len(e):
+        raise CostModelError("no held-out errors to size a prediction interval with; refit the model with "
+                             "'python -m analysis costmodel fit RESULTS_DIR' (without --no_intervals)")
+    k = math.ceil((len(e) + 1) * level - 1e-9)
+    return float(e[k - 1]) if k <= len(e) else math.inf
+
+
 def predict(model: CostModel, configs: pd.DataFrame, *, hierarchy: str | None = None,
             cpu_count: int | None = None, n_items: int = 400, seed: int = 0, step_s=None,
-            cpu_scale: float | None = None) -> pd.DataFrame:
+            cpu_scale: float | None = None, level: float | None = INTERVAL_LEVEL) -> pd.DataFrame:
     """Predicted samples/s of each configuration, through the vmapped pipeline simulator.
 
     Args:
@@ -2332,12 +2378,16 @@ def predict(model: CostModel, configs: pd.DataFrame, *, hierarchy: str | None = 
         seed: the simulator's seed.
         step_s: measured device-resident step seconds per configuration, used instead of the
             step model (see :func:`components`).
+        level: the prediction interval's level, where the model kept its study's held-out errors
+            (``heldout``; :func:`interval_halfwidth`); None for no interval.
 
     Returns:
         One row per input row, in order: the knobs, ``samples_per_s`` (simulated, with the measured
         step jitter), ``bound_samples_per_s`` (the deterministic cycle), ``stall_frac`` (share of
         the step's cycle spent waiting for input), ``input_bound``, ``bottleneck``,
-        ``stage_to_fix``, ``extrapolated`` and the equations' terms (see :func:`components`).
+        ``stage_to_fix``, ``extrapolated`` and the equations' terms (see :func:`components`). With
+        an interval: ``samples_per_s_lo``/``_hi`` and ``interval_level``; NaN for an extrapolated
+        configuration, which the held-out errors say nothing about.
     """
     from memsim.distributions import Dist
     from memsim.pipeline import sweep
@@ -2373,4 +2423,11 @@ def predict(model: CostModel, configs: pd.DataFrame, *, hierarchy: str | None = 
     out["stall_frac"] = np.clip(1 - busy / T, 0.0, 1.0)
     out["input_bound"] = input_bound_grade(out["stall_frac"])
     out["stage_to_fix"] = [_stage_to_fix(b, n) for b, n in zip(out.bottleneck, nw)]
+    if level is not None and model.heldout.get("abs_log_errors"):
+        q = interval_halfwidth(model.heldout["abs_log_errors"], level)
+        sps = out["samples_per_s"].to_numpy(float)
+        inside = (out.extrapolated.astype(str) == "").to_numpy()
+        out["samples_per_s_lo"] = np.where(inside, sps * math.exp(-q), np.nan)
+        out["samples_per_s_hi"] = np.where(inside, sps * math.exp(q), np.nan)
+        out["interval_level"] = float(level)
     return out

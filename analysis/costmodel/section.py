@@ -22,10 +22,11 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from analysis.costmodel.evaluate import (compare, cross_validate, noise_floor, noise_verdict, summary,  # noqa: E402
+from analysis.costmodel.evaluate import (compare, cross_validate, heldout_record, noise_floor, noise_verdict, summary,  # noqa: E402
                                          whatif, worst)
 from analysis.costmodel.features import CostModelError  # noqa: E402
-from analysis.costmodel.model import components, fit, measured_configs, predict, transfer_from_probes  # noqa: E402
+from analysis.costmodel.model import (INTERVAL_LEVEL, components, fit, interval_halfwidth, measured_configs,  # noqa: E402
+                                      predict, transfer_from_probes)
 from analysis.figures import save  # noqa: E402
 from experiments.results import repeatability  # noqa: E402
 from analysis.tables import md_table  # noqa: E402
@@ -114,6 +115,8 @@ def _calibration(study) -> dict:
                               worker_probe=worker_probe)
         cmp = both[both.step == "predicted"].drop(columns="step").reset_index(drop=True)
         cmp_step = both[both.step == "measured"].drop(columns="step").reset_index(drop=True)
+        # the calibration's prediction intervals, sized by these held-out errors as 'costmodel fit' sizes them
+        model.heldout = heldout_record(cmp, folds=folds)
         out = {"meas": meas, "model": model, "cmp": cmp, "cmp_step": cmp_step, "folds": folds,
                "floor": noise_floor(rows, cmp.config_id, observed=summary(cmp)),
                "probed": step_probe is not None, "stage_probed": stage_probe is not None,
@@ -184,6 +187,7 @@ def predicted_section(study) -> str:
                  f"{noise_verdict(c['floor']['p_median'])} the measurements' noise, its max "
                  f"{noise_verdict(c['floor']['p_max'])} it."
                  if c.get("floor") else ""), "",
+              _interval_text(model), "",
               f"Reproduce: `python -m analysis costmodel cv {study.path} --json` (add `--step measured` for "
               f"the second).", "",
               f"![predicted vs measured]({PRED_FILE})", ""]
@@ -211,6 +215,24 @@ def predicted_section(study) -> str:
     return "\n".join(lines)
 
 
+def _interval_text(model) -> str:
+    """A sentence on the prediction intervals the held-out errors size (``What if`` prints them)."""
+    e = model.heldout.get("abs_log_errors") or []
+    if not len(e):
+        return ""
+    q = interval_halfwidth(e, INTERVAL_LEVEL)
+    if not np.isfinite(q):
+        return (f"With {len(e)} configurations held out, no {INTERVAL_LEVEL:.0%} prediction interval can be "
+                f"sized from them.")
+    return (f"These held-out errors size the model's prediction intervals (split-conformal, "
+            f"`analysis.costmodel.model.interval_halfwidth`): a configuration like the held-out ones, not measured, "
+            f"lies within ×/÷ {np.exp(q):.3f} of its prediction with probability about {INTERVAL_LEVEL:.0%} (the "
+            f"{min(len(e), int(np.ceil((len(e) + 1) * INTERVAL_LEVEL - 1e-9)))}th smallest of the {len(e)} held-out "
+            f"errors). On the second sweeps of the 2-core CPU's held-out pairs the measured medians fell inside "
+            f"such intervals about as often as the level says (`results/cpu-2core/holdout/README.md`, \"Prediction "
+            f"intervals\").")
+
+
 def whatif_section(study) -> str:
     lines = ["## What if", ""]
     c = _calibration(study)
@@ -226,14 +248,20 @@ def whatif_section(study) -> str:
         w = t.iloc[1]
         what = ", ".join([f"{k}={v}" for k, v in changes.items()] + ([f"hierarchy={hier}"] if hier else [])
                          + ([f"cpu_count={cores}"] if cores else []))
-        recs.append({"what if": what, "samples/s": f"{w.samples_per_s:.0f}", "× baseline": f"{w.speedup:.2f}",
+        span = (f" [{w.samples_per_s_lo:.0f}, {w.samples_per_s_hi:.0f}]"
+                if "samples_per_s_lo" in t and np.isfinite(w.samples_per_s_lo) else "")
+        recs.append({"what if": what, "samples/s": f"{w.samples_per_s:.0f}{span}", "× baseline": f"{w.speedup:.2f}",
                      "stall": f"{w.stall_frac:.0%}", "grade": w.input_bound, "bottleneck": w.bottleneck,
                      "extrapolated": w.extrapolated or "–"})
     b = t.iloc[0]
     lines += [f"Baseline: the fastest measured configuration ({_label(base.iloc[0])}), measured "
-              f"{base.samples_per_s.iloc[0]:.0f} samples/s, predicted {b.samples_per_s:.0f} "
-              f"(bottleneck {b.bottleneck}, {b.input_bound}). Each row changes the baseline as named; "
-              f"anything outside the measured range is flagged, never hidden. Reproduce: "
+              f"{base.samples_per_s.iloc[0]:.0f} samples/s, predicted {b.samples_per_s:.0f}"
+              + (f" [{b.samples_per_s_lo:.0f}, {b.samples_per_s_hi:.0f}]"
+                 if "samples_per_s_lo" in t and np.isfinite(b.samples_per_s_lo) else "")
+              + f" (bottleneck {b.bottleneck}, {b.input_bound}). Each row changes the baseline as named; "
+              f"anything outside the measured range is flagged, never hidden"
+              + (f"; [lo, hi] is the {INTERVAL_LEVEL:.0%} prediction interval (\"Predicted vs measured\"), none for "
+                 f"an extrapolated row" if "samples_per_s_lo" in t else "") + ". Reproduce: "
               f"`python -m analysis costmodel fit {study.path} --out MODEL.json` then "
               f"`python -m analysis whatif MODEL.json --set hierarchy=h100_sxm`.", "",
               md_table(pd.DataFrame(recs)), ""]

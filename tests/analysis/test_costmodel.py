@@ -3,6 +3,7 @@ prediction, the model file and the command line."""
 
 import dataclasses
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -1374,6 +1375,11 @@ def test_command_line_fit_compare_whatif(tmp_path, capsys):
     s = json.loads(out.strip().splitlines()[-1])
     n = pd.read_csv(STUDY / "rows.csv").config_id.nunique()
     assert {"median_abs_rel_error", "max_abs_rel_error", "kendall_tau", "n"} <= set(s) and s["n"] == n
+    # fit cross-validated the study (5-fold, as `costmodel cv` does) to size the model's intervals
+    held = json.loads(m.read_text())["heldout"]
+    assert held["folds"] == 5 and len(held["abs_log_errors"]) == n
+    assert s["n_with_interval"] == n and 0 <= s["n_in_interval"] <= n and s["interval_level"] == 0.8
+    assert "prediction intervals (80%" in out
     # the measurements' own intervals, from the committed rows' repeats (each a min–max of two)
     meas = costmodel.measured_configs(pd.read_csv(STUDY / "rows.csv"))
     width = (meas.samples_per_s_hi - meas.samples_per_s_lo) / meas.samples_per_s
@@ -1401,6 +1407,18 @@ def test_command_line_fit_compare_whatif(tmp_path, capsys):
     assert rc == 0, err
     w = json.loads(out.strip().splitlines()[-1])
     assert w["bottleneck"] and "h100_sxm" in w["extrapolated"]
+    assert "samples_per_s_lo" not in w  # the held-out errors say nothing of another machine
+    rc, out, err = _main(capsys, "whatif", m, "--set", "num_workers=1", "--json")
+    assert rc == 0, err
+    w = json.loads(out.strip().splitlines()[-1])
+    assert w["samples_per_s_lo"] < w["samples_per_s"] < w["samples_per_s_hi"]
+    rc, out, err = _main(capsys, "costmodel", "predict", m, "--grid", "num_workers=0,2", "--level", "1.5")
+    assert rc == 2 and "1.5" in err and len(err.strip().splitlines()) == 1
+    bare = tmp_path / "bare.json"
+    rc, _, err = _main(capsys, "costmodel", "fit", STUDY, "--out", bare, "--no_intervals")
+    assert rc == 0 and json.loads(bare.read_text())["heldout"] == {}, err
+    rc, out, err = _main(capsys, "costmodel", "predict", bare, "--grid", "num_workers=0,2", "--level", "0.9")
+    assert rc == 2 and "refit" in err and len(err.strip().splitlines()) == 1
     rc, _, err = _main(capsys, "costmodel", "predict", m, "--grid", "num_workers=0,2", "colour=red")
     assert rc == 2 and "colour" in err and len(err.strip().splitlines()) == 1
     # the real entry point: a bad folder is one line on stderr and exit status 2
@@ -1613,3 +1631,69 @@ def test_a_probed_shape_far_from_its_cells_others_is_its_own_and_does_not_move_i
     near = [{**a, "log_residual": a["log_residual"] if a["image_size"] != 32 else -0.202 + 0.9 * ANCHOR_LOCAL_LOG}
             for a in anchors]
     assert np.log(anchor_factor(near, kf[1:]))[0] > neighbour + 0.1
+
+
+def test_the_prediction_interval_is_the_held_out_errors_conformal_order_statistic():
+    from analysis.costmodel.model import interval_halfwidth
+    e = [0.05, 0.01, 0.04, 0.02, 0.03]  # sorted: 0.01 ... 0.05
+    # the ⌈(n + 1)·level⌉-th smallest: ⌈6·0.5⌉ = 3, ⌈6·0.8⌉ = 5, ⌈6·(2/3)⌉ = 4 (not 5: no float round-up)
+    assert interval_halfwidth(e, 0.5) == 0.03 and interval_halfwidth(e, 0.8) == 0.05
+    assert interval_halfwidth(e, 2 / 3) == 0.04
+    assert interval_halfwidth(e, 0.9) == float("inf")  # ⌈5.4⌉ = 6 > 5: five errors cannot bound 90%
+    assert interval_halfwidth([-0.02, 0.01, float("nan")], 0.5) == 0.02  # magnitudes; NaN left out
+    for bad in (0, 1, 1.5, -0.1, True, "0.8"):
+        with pytest.raises(costmodel.CostModelError, match="between 0 and 1"):
+            interval_halfwidth(e, bad)
+    with pytest.raises(costmodel.CostModelError, match="no held-out errors.*refit"):
+        interval_halfwidth([], 0.8)
+
+
+@pytest.mark.parametrize("n,level", [(17, 0.8), (17, 0.9), (12, 0.5)])
+def test_intervals_sized_by_held_out_errors_cover_a_new_exchangeable_error_at_their_level(n, level):
+    # split-conformal's promise: with n held-out errors and one new error drawn from the same
+    # distribution, the new one is inside the interval with probability k/(n + 1), k = ⌈(n + 1)·level⌉
+    # (at least level). Heavy-tailed errors, as the held-out ones are; an off-by-one in k would
+    # move the share by 1/(n + 1), 0.056 at n = 17, far beyond this many draws' 0.01 sd.
+    from analysis.costmodel.model import interval_halfwidth
+    rng = np.random.default_rng(7)
+    draws = 4000
+    cal = np.abs(rng.standard_t(3, size=(draws, n))) * 0.05
+    new = np.abs(rng.standard_t(3, size=draws)) * 0.05
+    inside = np.mean([new[i] <= interval_halfwidth(cal[i], level) for i in range(draws)])
+    k = math.ceil((n + 1) * level)
+    assert inside == pytest.approx(k / (n + 1), abs=0.025) and inside >= level - 0.025
+
+
+def test_a_model_with_held_out_errors_predicts_intervals_and_compare_counts_them(tmp_path):
+    from analysis.costmodel.evaluate import compare, heldout_record, summary
+    from analysis.costmodel.model import interval_halfwidth
+    rows = synthetic_rows(noise=0.05, seed=3)
+    model = costmodel.fit(rows)
+    meas = costmodel.model.measured_configs(rows)
+    assert "samples_per_s_lo" not in costmodel.predict(model, meas)  # no held-out errors kept: no interval
+    held = costmodel.cross_validate(rows, kind="kfold", folds=4)
+    model.heldout = heldout_record(held, folds=4)
+    e = np.sort(np.abs(np.log(held.predicted / held.measured)))
+    assert model.heldout["abs_log_errors"] == pytest.approx(e.tolist()) and len(e) == 24
+    again = costmodel.load(model.save(tmp_path / "m.json"))  # kept in the model file
+    assert again.heldout == model.heldout
+    pred = costmodel.predict(again, meas)
+    q = e[math.ceil(25 * 0.8) - 1]  # the 20th smallest of 24
+    p = pred.samples_per_s.to_numpy()
+    assert pred.samples_per_s_lo.to_numpy() == pytest.approx(p * np.exp(-q))
+    assert pred.samples_per_s_hi.to_numpy() == pytest.approx(p * np.exp(q)) and (pred.interval_level == 0.8).all()
+    wide = costmodel.predict(again, meas, level=0.9)
+    assert (wide.samples_per_s_hi > pred.samples_per_s_hi).all()
+    # an extrapolated prediction gets none: the held-out errors were not made there
+    far = costmodel.predict(again, meas.head(2), cpu_scale=1.3)
+    assert far.extrapolated.str.contains("cpu_scale").all() and far.samples_per_s_lo.isna().all()
+    # compare: whether each measured median fell inside its prediction's interval, and how many did
+    cmp = compare(rows, pred)
+    m = cmp.measured.to_numpy()
+    want = (m >= p * np.exp(-q)) & (m <= p * np.exp(q))
+    assert cmp.covered.to_numpy() == pytest.approx(want.astype(float))
+    s = summary(cmp)
+    assert s["n_in_interval"] == want.sum() and s["n_with_interval"] == 24 and s["interval_level"] == 0.8
+    assert s["interval_coverage"] == pytest.approx(want.mean())
+    cmp.loc[:1, "covered"] = np.nan  # configurations without an interval are not counted
+    assert summary(cmp)["n_with_interval"] == 22

@@ -1,6 +1,7 @@
 """``python -m analysis costmodel holdout``: cv and compare over held-out pairs, with the goal per pair."""
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -88,6 +89,27 @@ def test_each_pair_gets_what_cv_and_compare_wrote_for_it(two_pairs):
     assert "noise floor: a model that predicted every configuration exactly would meet the goal" in out
     assert s["n_max_beyond_noise_cv"] == int((rows.cv_floor_p_max < ho.BEYOND_NOISE).sum())
     assert s["n_median_beyond_noise_compare"] == int((rows.cmp_floor_p_median < ho.BEYOND_NOISE).sum())
+
+
+def test_each_comparisons_intervals_are_sized_by_its_own_studys_cross_validation(two_pairs):
+    rc, out, err, table, errors = two_pairs
+    assert rc == 0, err
+    rows = table.set_index("pair")
+    n_in = n_all = 0
+    for pair, g in errors.groupby("pair"):
+        # the 80% interval: the ⌈(n + 1)·0.8⌉-th smallest of the study's held-out |log errors| (cv's)
+        cv = np.sort(np.abs(np.log1p(g[g.check == "cv"].rel_error.to_numpy(float))))
+        q = cv[math.ceil((len(cv) + 1) * 0.8) - 1]
+        cmp = np.abs(np.log1p(g[g.check == "compare"].rel_error.to_numpy(float)))
+        assert rows.loc[pair, "cmp_n_in_interval"] == (cmp <= q).sum(), pair
+        assert rows.loc[pair, "cmp_n_with_interval"] == len(cmp) == rows.loc[pair, "cmp_n"]
+        assert rows.loc[pair, "cmp_interval_coverage"] == pytest.approx((cmp <= q).mean())
+        assert np.isnan(rows.loc[pair, "cv_interval_coverage"])  # a fold's model keeps no errors of its own
+        n_in, n_all = n_in + (cmp <= q).sum(), n_all + len(cmp)
+    s = json.loads(out.strip().splitlines()[-1])
+    assert s["compare_interval_coverage"] == {"n_in_interval": n_in, "n_with_interval": n_all,
+                                              "coverage": pytest.approx(n_in / n_all)}
+    assert f"prediction intervals: {n_in} of the comparisons' {n_all} measured medians" in out
 
 
 def _printed_errors(pair: str) -> dict:
