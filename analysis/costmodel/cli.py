@@ -118,7 +118,7 @@ def _heldout(d: dict, args) -> dict:
 
 
 def cmd_predict(args) -> int:
-    from analysis.costmodel.model import INTERVAL_LEVEL, interval_halfwidth, load, predict
+    from analysis.costmodel.model import INTERVAL_LEVEL, interval_rank, load, predict
     model = load(args.model)
     if bool(args.grid) == bool(args.configs):
         raise CostModelError("predict: give either --grid key=v1,v2 ... or --configs CONFIGS.csv")
@@ -134,7 +134,7 @@ def cmd_predict(args) -> int:
         raise CostModelError(f"--level {args.level}: {args.model} kept no held-out errors to size an interval "
                              f"with; refit it with 'python -m analysis costmodel fit RESULTS_DIR' (without --no_intervals)")
     level = INTERVAL_LEVEL if args.level is None else args.level
-    interval_halfwidth([0.0], level)  # a bad level fails here, before any work
+    interval_rank(len(model.heldout.get("abs_log_errors") or []), level)  # a bad level fails here, before any work
     pred = predict(model, configs, level=level)
     cols = [c for c in ("model", "batch_size", "image_size", "augment_cost", "source", "precision", "grad_accum_steps",
                         "num_workers", "prefetch_buffer_size", "feed", "samples_per_s", "samples_per_s_lo",

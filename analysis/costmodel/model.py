@@ -2331,6 +2331,19 @@ def _stage_to_fix(bottleneck: str, nw: int) -> str:
 INTERVAL_LEVEL = 0.8
 
 
+def interval_rank(n: int, level: float) -> int:
+    """``k = ⌈(n + 1)·level⌉``: the rank, among n sorted held-out errors, of the one that bounds a
+    prediction interval at ``level`` (none does where ``k > n``); CostModelError for a level outside
+    (0, 1).
+
+    >>> interval_rank(17, 0.8), interval_rank(17, 0.9), interval_rank(5, 2 / 3)
+    (15, 17, 4)
+    """
+    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
+        raise CostModelError(f"interval level {level!r}: expected a number between 0 and 1, e.g. 0.8")
+    return math.ceil((n + 1) * level - 1e-9)  # (the tolerance: 6 · (2/3) is 4, not a float's 4.000…1)
+
+
 def interval_halfwidth(abs_log_errors, level: float = INTERVAL_LEVEL) -> float:
     """The half-width ``q`` (in log) of the prediction interval ``[p·e^−q, p·e^q]`` around a
     prediction ``p``, at ``level``, from held-out errors ``|log(predicted / measured)|``: the
@@ -2348,14 +2361,12 @@ def interval_halfwidth(abs_log_errors, level: float = INTERVAL_LEVEL) -> float:
     >>> interval_halfwidth([0.04, 0.01, 0.03, 0.02], 0.9)
     inf
     """
-    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
-        raise CostModelError(f"interval level {level!r}: expected a number between 0 and 1, e.g. 0.8")
     e = np.abs(np.asarray(abs_log_errors, float))
     e = np.sort(e[np.isfinite(e)])
+    k = interval_rank(len(e), level)
     if not len(e):
         raise CostModelError("no held-out errors to size a prediction interval with; refit the model with "
                              "'python -m analysis costmodel fit RESULTS_DIR' (without --no_intervals)")
-    k = math.ceil((len(e) + 1) * level - 1e-9)
     return float(e[k - 1]) if k <= len(e) else math.inf
 
 

@@ -25,8 +25,8 @@ from matplotlib.figure import Figure  # noqa: E402
 from analysis.costmodel.evaluate import (compare, cross_validate, heldout_record, noise_floor, noise_verdict, summary,  # noqa: E402
                                          whatif, worst)
 from analysis.costmodel.features import CostModelError  # noqa: E402
-from analysis.costmodel.model import (INTERVAL_LEVEL, components, fit, interval_halfwidth, measured_configs,  # noqa: E402
-                                      predict, transfer_from_probes)
+from analysis.costmodel.model import (INTERVAL_LEVEL, components, fit, interval_halfwidth, interval_rank,  # noqa: E402
+                                      measured_configs, predict, transfer_from_probes)
 from analysis.figures import save  # noqa: E402
 from experiments.results import repeatability  # noqa: E402
 from analysis.tables import md_table  # noqa: E402
@@ -227,10 +227,16 @@ def _interval_text(model) -> str:
     return (f"These held-out errors size the model's prediction intervals (split-conformal, "
             f"`analysis.costmodel.model.interval_halfwidth`): a configuration like the held-out ones, not measured, "
             f"lies within ×/÷ {np.exp(q):.3f} of its prediction with probability about {INTERVAL_LEVEL:.0%} (the "
-            f"{min(len(e), int(np.ceil((len(e) + 1) * INTERVAL_LEVEL - 1e-9)))}th smallest of the {len(e)} held-out "
+            f"{interval_rank(len(e), INTERVAL_LEVEL)}th smallest of the {len(e)} held-out "
             f"errors). On the second sweeps of the 2-core CPU's held-out pairs the measured medians fell inside "
             f"such intervals about as often as the level says (`results/cpu-2core/holdout/README.md`, \"Prediction "
             f"intervals\").")
+
+
+def _span(row, table) -> str:
+    """`` [lo, hi]`` of a predicted row where it has a prediction interval, else ''."""
+    return (f" [{row.samples_per_s_lo:.0f}, {row.samples_per_s_hi:.0f}]"
+            if "samples_per_s_lo" in table and np.isfinite(row.samples_per_s_lo) else "")
 
 
 def whatif_section(study) -> str:
@@ -248,16 +254,12 @@ def whatif_section(study) -> str:
         w = t.iloc[1]
         what = ", ".join([f"{k}={v}" for k, v in changes.items()] + ([f"hierarchy={hier}"] if hier else [])
                          + ([f"cpu_count={cores}"] if cores else []))
-        span = (f" [{w.samples_per_s_lo:.0f}, {w.samples_per_s_hi:.0f}]"
-                if "samples_per_s_lo" in t and np.isfinite(w.samples_per_s_lo) else "")
-        recs.append({"what if": what, "samples/s": f"{w.samples_per_s:.0f}{span}", "× baseline": f"{w.speedup:.2f}",
+        recs.append({"what if": what, "samples/s": f"{w.samples_per_s:.0f}{_span(w, t)}", "× baseline": f"{w.speedup:.2f}",
                      "stall": f"{w.stall_frac:.0%}", "grade": w.input_bound, "bottleneck": w.bottleneck,
                      "extrapolated": w.extrapolated or "–"})
     b = t.iloc[0]
     lines += [f"Baseline: the fastest measured configuration ({_label(base.iloc[0])}), measured "
-              f"{base.samples_per_s.iloc[0]:.0f} samples/s, predicted {b.samples_per_s:.0f}"
-              + (f" [{b.samples_per_s_lo:.0f}, {b.samples_per_s_hi:.0f}]"
-                 if "samples_per_s_lo" in t and np.isfinite(b.samples_per_s_lo) else "")
+              f"{base.samples_per_s.iloc[0]:.0f} samples/s, predicted {b.samples_per_s:.0f}{_span(b, t)}"
               + f" (bottleneck {b.bottleneck}, {b.input_bound}). Each row changes the baseline as named; "
               f"anything outside the measured range is flagged, never hidden"
               + (f"; [lo, hi] is the {INTERVAL_LEVEL:.0%} prediction interval (\"Predicted vs measured\"), none for "

@@ -1697,3 +1697,16 @@ def test_a_model_with_held_out_errors_predicts_intervals_and_compare_counts_them
     assert s["interval_coverage"] == pytest.approx(want.mean())
     cmp.loc[:1, "covered"] = np.nan  # configurations without an interval are not counted
     assert summary(cmp)["n_with_interval"] == 22
+
+
+def test_fit_of_too_few_configurations_keeps_no_intervals_and_says_so(tmp_path, capsys):
+    rows = pd.read_csv(STUDY / "rows.csv")
+    keep = rows.config_id.drop_duplicates().head(4)
+    d = tmp_path / "few"
+    d.mkdir()
+    rows[rows.config_id.isin(keep)].to_csv(d / "rows.csv", index=False)
+    rc, _, err = _main(capsys, "costmodel", "fit", d, "--out", d / "m.json")
+    assert rc == 0, err
+    assert json.loads((d / "m.json").read_text())["heldout"] == {}
+    assert "4 configuration(s), fewer than 6" in err and "no prediction intervals" in err
+    assert "samples_per_s_lo" not in costmodel.predict(costmodel.load(d / "m.json"), rows.drop_duplicates("config_id"))
