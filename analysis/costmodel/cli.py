@@ -106,7 +106,7 @@ def _heldout(d: dict, args) -> dict:
         print(f"note: {n} configuration(s), fewer than {MIN_INTERVAL_CONFIGS}: no cross-validation, so no "
               f"prediction intervals", file=sys.stderr)
         return {}
-    folds = min(5, n)
+    folds = 5
     try:
         cmp = cross_validate(d["rows"], folds=folds, probes=d["probes"], steps=d["steps"],
                              step_probe=d["step_probe"], stage_probe=d["stage_probe"], worker_probe=d["worker_probe"],

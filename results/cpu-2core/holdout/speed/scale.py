@@ -23,7 +23,7 @@ median log ratio of their stamped stages over the model's.
     .venv/bin/python results/cpu-2core/holdout/speed/scale.py 2 220 > results/cpu-2core/holdout/speed/scale.jsonl
     .venv/bin/python results/cpu-2core/holdout/speed/scale.py --score results/cpu-2core/holdout/speed/scale.jsonl
 
-(two worker processes; 7 min 19 s for 217 pairs on the 2-core AMD EPYC 25/17/1.)
+(two worker processes; 8 min 37 s for the 219 pairs on the 2-core AMD EPYC 25/17/1.)
 """
 
 import json
@@ -61,6 +61,11 @@ def leave_one_out_median(v: np.ndarray) -> np.ndarray:
     return np.array([np.median(np.delete(v, i)) for i in range(len(v))])
 
 
+def scores(cmp: pd.DataFrame) -> dict:
+    s = summary(cmp)
+    return {k: s[k] for k in KEYS}
+
+
 def one(n: int) -> dict:
     warnings.filterwarnings("ignore")
     study, second = HOLDOUT / f"pair{n}" / "study", HOLDOUT / f"pair{n}" / "second"
@@ -82,13 +87,13 @@ def one(n: int) -> dict:
     base = predict(model, m2, level=None)
     base["config_id"] = m2.config_id.to_numpy()
     cmp = compare(s2["rows"], base)
-    out["base"] = {k: summary(cmp)[k] for k in KEYS}
+    out["base"] = scores(cmp)
     for name, (step_r, cpu_r) in ways.items():
         preds = [predict(model, m2.iloc[[i]], level=None, cpu_scale=float(cpu_r[i]),
                          step_s=None if step_r is None else [S[i] * step_r[i]]) for i in range(len(m2))]
         p = pd.concat(preds, ignore_index=True)
         p["config_id"] = m2.config_id.to_numpy()
-        out[name] = {k: summary(compare(s2["rows"], p))[k] for k in KEYS}
+        out[name] = scores(compare(s2["rows"], p))
     grid = ((m2.batch_size == 128) & (m2.image_size == 16) & (m2.source == "memmap")
             & (m2.augment_cost == 4)).to_numpy()
     err = np.log(cmp.predicted.to_numpy(float) / cmp.measured.to_numpy(float))
