@@ -1710,3 +1710,74 @@ def test_fit_of_too_few_configurations_keeps_no_intervals_and_says_so(tmp_path, 
     assert json.loads((d / "m.json").read_text())["heldout"] == {}
     assert "4 configuration(s), fewer than 6" in err and "no prediction intervals" in err
     assert "samples_per_s_lo" not in costmodel.predict(costmodel.load(d / "m.json"), rows.drop_duplicates("config_id"))
+
+
+def test_the_workers_coupling_follows_the_steps_parallel_share():
+    """Version 22: with ``cells`` the workers slow a step by κ·ν_mlp/C times its cell's parallel share
+    over the MLP's (the MLP's coupling stays κ·ν/C); the loader's threads without workers still slow
+    it by κ·ν/C; a cell without a share takes its family's, and a model without the MLP's share or
+    ν keeps κ·ν/C."""
+    from analysis.costmodel.model import config_cells, coupling_shares, cycle
+    probe = pd.DataFrame({"model": ["mlp", "mlp", "cnn", "cnn"], "precision": ["fp32", "fp32", "fp32", "bf16"],
+                          "grad_accum_steps": 1, "resident_cpu_cores": [1.7, 1.9, 1.3, 1.6]})
+    shares = coupling_shares(probe, 2)
+    assert shares["coupling_share_mlp_fp32_1"] == pytest.approx(0.8)
+    assert shares["coupling_share_cnn_fp32_1"] == pytest.approx(0.3)
+    assert shares["coupling_share_cnn"] == pytest.approx(0.45)  # the median of the CNN's cells
+    assert coupling_shares(probe.drop(columns="resident_cpu_cores"), 2) == {} and coupling_shares(probe, 1) == {}
+    p = {"batch_overhead_s": 1e-3, "step_straggler": 0.8, "main_overlap_loss": 0.2, "main_serial_share": 0.1,
+         "step_cores_mlp": 1.8, "step_cores_cnn": 1.3, **shares}
+    kf = pd.DataFrame({"model": ["mlp", "cnn", "cnn", "cnn", "cnn"], "precision": ["fp32", "fp32", "bf16", "fp32", "fp32"],
+                       "grad_accum_steps": [1, 1, 1, 2, 1]})
+    S, L, tr = np.full(5, 0.01), np.full(5, 0.008), np.zeros(5)
+    nw = np.array([2, 2, 2, 2, 0])
+    parts = cycle(p, S, L, tr, nw, 2, family=kf.model.to_numpy(), cells=config_cells(kf))
+    k_mlp = 0.8 * 1.8 / 2
+    kw = k_mlp * np.array([1.0, 0.3 / 0.8, 0.6 / 0.8, 0.45 / 0.8])  # the fp32 CNN in two micro-batches: its family's
+    np.testing.assert_allclose(parts["Sc"][:4], S[:4] * (1 + kw * L[:4] / parts["T"][:4]), rtol=1e-12)
+    np.testing.assert_allclose(parts["T"][:4], S[:4] * (1 + kw * L[:4] / parts["T"][:4]) + 1e-3, rtol=1e-12)
+    v21 = cycle(p, S, L, tr, nw, 2, family=kf.model.to_numpy())
+    assert parts["Sc"][0] == pytest.approx(v21["Sc"][0], rel=1e-12)  # the MLP's is version 21's
+    assert parts["Sc"][1] < v21["Sc"][1]  # the fp32 CNN's share is below its ν/C
+    assert parts["T"][4] == pytest.approx(v21["T"][4], rel=1e-12)  # without workers: κ·ν/C
+    no_mlp = {k: v for k, v in p.items() if k != "coupling_share_mlp"}
+    np.testing.assert_allclose(cycle(no_mlp, S, L, tr, nw, 2, family=kf.model.to_numpy(), cells=config_cells(kf))["T"],
+                               v21["T"], rtol=1e-12)
+
+
+def test_a_faulting_shape_takes_its_anchor_from_shapes_that_fault():
+    """Version 22: the kernel spreads a probed shape's residual only to configurations whose
+    temporaries fault as its own did; a probed shape keeps its own residual either way."""
+    from analysis.costmodel.model import anchor_factor
+    rec = lambda b, i, r, f: {"model": "mlp", "precision": "bf16", "grad_accum_steps": 2, "width": 16, "depth": 1,
+                              "batch_size": b, "image_size": i, "log_residual": r, "n": 1, "faulting": f}
+    anchors = [rec(32, 48, -0.2, True), rec(64, 32, 0.4, False)]
+    kf = pd.DataFrame({"model": "mlp", "precision": "bf16", "grad_accum_steps": 2, "width": 16, "depth": 1,
+                       "batch_size": [64, 64, 32], "image_size": [48, 48, 48]})
+    both = np.log(anchor_factor(anchors, kf))
+    split = np.log(anchor_factor(anchors, kf, faulting=np.array([True, False, False])))
+    assert both[0] > 0  # the nearer, not faulting shape pulls the faulting configuration up
+    assert split[0] < 0 and split[1] > 0  # each takes its own kind's
+    w = np.exp(-1 / (2 * 0.6 ** 2))  # the faulting neighbour, one octave of batch away
+    assert split[0] == pytest.approx(w * -0.2 / (w + 0.5))
+    assert split[2] == pytest.approx(-0.2) and both[2] == pytest.approx(-0.2)  # a probed shape is its own
+
+
+def test_a_fit_records_each_cells_parallel_share_from_the_step_probe(tmp_path):
+    """Version 22: the step probe's cores alone become fixed ``coupling_share_*`` parameters, noted
+    as measured, and survive a save; the probe's faulting shapes are marked in the anchors."""
+    grid, pages = _faulting_grid()
+    cores = np.where(grid.model == "mlp", 1.8, 1.35)
+    model = costmodel.fit(synthetic_rows(), step_probe=grid.assign(resident_cpu_cores=cores))
+    t = model.table.set_index("param")
+    share = t[t.index.str.startswith("coupling_share_")]
+    assert len(share) and share.fixed.all() and share.note.str.startswith("measured").all()
+    cells = {(m, q, int(a)) for m, q, a in zip(grid.model, grid.precision, grid.grad_accum_steps)}
+    assert {f"coupling_share_{m}_{q}_{a}" for m, q, a in cells} <= set(share.index)
+    cpu = int(synthetic_rows().cpu_count.iloc[0])
+    assert model.params["coupling_share_mlp"] == pytest.approx(min(1.0, 0.8 / (cpu - 1)))
+    assert {a["faulting"] for a in model.step_anchors if a["batch_size"] == 128 and a["image_size"] == 48} == {True}
+    assert sum(a["faulting"] for a in model.step_anchors) == (pages > 0).sum()
+    again = costmodel.load(model.save(tmp_path / "m.json"))
+    assert again.params["coupling_share_mlp"] == model.params["coupling_share_mlp"]
+    assert costmodel.fit(synthetic_rows(), step_probe=grid).params.keys().isdisjoint(share.index)
