@@ -161,7 +161,7 @@ or a knob, and ``C`` is the host's core count from the rows):
   ``pair131``), where ``ν/C`` gave the CNN 0.8 of the MLP's. The loader's threads without workers
   keep ``κ·ν/C``: those runs' slow-down did not follow the share (the fp32 CNN at 64/48 without
   workers 0.74 per unit, twice its cell's runs with workers). With version 22's fault-class anchors
-  (:func:`anchor_factor`), over the 221 pairs of ``results/cpu-2core/holdout`` (``summary.txt``),
+  (:func:`anchor_factor`), over the 222 pairs of ``results/cpu-2core/holdout`` (the committed study among them; ``summary.txt``),
   version 21 → 22: cross-validation met the goal in 33 → 49, with its probes kept 46 → 63, the
   comparison 53 → 53, both checks 22 → 22; cross-validation's largest error fell in 103 pairs and rose
   in 21. The form had been tried on versions 17 and 18 and set aside: the comparison lost, through the
@@ -944,6 +944,10 @@ def coupling_share_name(model: str, precision: str, accum: int) -> str:
     return f"coupling_share_{model}_{precision}_{int(accum)}"
 
 
+def family_share_name(family: str) -> str:
+    return f"coupling_share_{family}"
+
+
 def coupling_shares(step_probe: pd.DataFrame | None, cores: int) -> dict:
     """Each step probe cell's parallel share (version 22): ``(r − 1)/(C − 1)``, clipped to
     [0.05, 1], with ``r`` the median over the cell's shapes of ``resident_cpu_cores`` (the probe's
@@ -962,7 +966,7 @@ def coupling_shares(step_probe: pd.DataFrame | None, cores: int) -> dict:
     share = ((g - 1.0) / (cores - 1.0)).clip(0.05, 1.0)
     out = {coupling_share_name(m, q, a): float(v) for (m, q, a), v in share.items()}
     for fam in sorted(set(share.index.get_level_values(0))):
-        out[f"coupling_share_{fam}"] = float(share[share.index.get_level_values(0) == fam].median())
+        out[family_share_name(fam)] = float(share[share.index.get_level_values(0) == fam].median())
     return out
 
 
@@ -986,8 +990,8 @@ def worker_coupling(p: dict, kappa: np.ndarray, cells, cores: float) -> np.ndarr
     """
     if cells is None:
         return kappa
-    share = np.array([p.get(coupling_share_name(*c), p.get(f"coupling_share_{c[0]}", np.nan)) for c in cells], float)
-    rel = share * p.get(step_cores_name("mlp"), np.nan) / cores / p.get("coupling_share_mlp", np.nan)
+    share = np.array([p.get(coupling_share_name(*c), p.get(family_share_name(c[0]), np.nan)) for c in cells], float)
+    rel = share * p.get(step_cores_name("mlp"), np.nan) / cores / p.get(family_share_name("mlp"), np.nan)
     return np.where(np.isfinite(rel) & (kappa > 0), p["step_straggler"] * np.nan_to_num(rel), kappa)
 
 
@@ -1022,7 +1026,7 @@ def cycle(p: dict, S: np.ndarray, L: np.ndarray, tr: np.ndarray, nw: np.ndarray,
     nu = np.where(on_host, family_cores(p, [None] * len(S) if family is None else family), 0.0)
     # version 9: the workers slow a step in proportion to the share of the host's cores it spreads over
     kappa = np.where(on_host, p["step_straggler"] * nu / cores, 0.0)
-    # version 22: the workers' by the step's parallel share
+    # version 22: the workers slow it by its parallel share instead
     kappa_w = worker_coupling(p, kappa, cells, cores)
     g = p["main_overlap_loss"]
     k = np.maximum(nw, 1).astype(float)
@@ -2154,15 +2158,16 @@ def fit(rows: pd.DataFrame, probes: pd.DataFrame | None = None, steps: pd.DataFr
                      "fixed": True, "note": f"measured: {c_note}", "description": DESCRIPTION[FAULT_COST]})
     for nm, v in shares.items():
         recs.append({"param": nm, "value": v, "stderr": math.nan, "lo": math.nan, "hi": math.nan, "fixed": True,
-                     "note": "measured: the step probe's cores alone" + ("" if nm.count("_") > 3 else
-                                                                        ", the median of the family's cells"),
+                     "note": "measured: the step probe's cores alone" + (
+                         ", the median of the family's cells" if nm in map(family_share_name, FAMILIES) else ""),
                      "description": DESCRIPTION.get(nm, _describe(nm))})
     table = pd.DataFrame(recs)
     S_form = step_time(p, kf)
+    pages = fault_pages(_number(meas, "xla_temp_bytes"), cap)
     S_fit = S_form * anchor_factor(anchors, kf, S_form if twins_apply(faults) else None,
-                                   faulting=fault_pages(_number(meas, "xla_temp_bytes"), cap) > 0 if c_fault is not None else None)
+                                   faulting=pages > 0 if c_fault is not None else None)
     if c_fault is not None:
-        S_fit = S_fit + c_fault * fault_pages(_number(meas, "xla_temp_bytes"), cap)
+        S_fit = S_fit + c_fault * pages
     T_fit = cycle(p, S_fit, B * sample_time(p, kf), tr, nw, cores, step_on_host, family=fam, cells=cells_kf)["T"]
     y, yhat = np.log(B / T_meas), np.log(B / T_fit)
     ss_tot = float(((y - y.mean()) ** 2).sum())
@@ -2353,13 +2358,13 @@ def components(model: CostModel, configs: pd.DataFrame, hierarchy: str | None = 
         # rows measured since the host sampler stopped holding the main process's interpreter lock)
     else:
         S = step_time(p, kf, _cell_terms(model, kf, flop_rate_name), _cell_terms(model, kf, weight_pass_name))
-        # the step probe's shapes (version 13), and twins without accumulation where the anchors
-        # hold no page faults (version 15: faults["twins"])
         # a model fitted on an accelerator's rows predicts that accelerator: the step off the host
         on_host = model.environment.get("platform", "cpu") == "cpu"
         faults_on = FAULT_COST in p and on_host
         if faults_on:  # its temporaries' page faults (version 14)
             temp, temp_est, pages = config_fault_pages(model, configs, kf)
+        # the step probe's shapes (version 13), spread to shapes that fault as they did (version 22),
+        # and twins without accumulation where the anchors hold no page faults (version 15: faults["twins"])
         S = S * anchor_factor(model.step_anchors, kf, S if twins_apply(model.faults) else None,
                               faulting=pages > 0 if faults_on else None)
         if faults_on:

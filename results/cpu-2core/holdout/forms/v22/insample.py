@@ -3,7 +3,8 @@ predicted, then measured), beside the same configurations' held-out errors in ``
 over the pairs). The pairs are those of ``pair174``–``pair222`` whose exact model would meet
 cross-validation's goal in more than half the draws. Run it on version 21's models and errors (89c57d78):
 
-    git worktree add /tmp/v21 89c57d78 && cd /tmp/v21 && .venv/bin/python /path/to/this/insample.py
+    git worktree add /tmp/v21 89c57d78
+    cd /tmp/v21 && /path/to/memsim/.venv/bin/python /path/to/memsim/results/cpu-2core/holdout/forms/v22/insample.py
 """
 import sys; sys.path.insert(0, ".")
 import numpy as np, pandas as pd
