@@ -1781,3 +1781,33 @@ def test_a_fit_records_each_cells_parallel_share_from_the_step_probe(tmp_path):
     again = costmodel.load(model.save(tmp_path / "m.json"))
     assert again.params["coupling_share_mlp"] == model.params["coupling_share_mlp"]
     assert costmodel.fit(synthetic_rows(), step_probe=grid).params.keys().isdisjoint(share.index)
+
+
+def test_a_faulting_shape_between_two_faulting_probed_shapes_takes_their_line():
+    """Version 23: the bf16 MLP's shapes at 48×48 fault (40 MB of temporaries) and step 25% under the
+    fitted form; the probe measured batch 32 and 128 of them, not 64. A faulting configuration at
+    batch 64 takes the line between the two (here the truth: the step is affine in the batch at one
+    image size), plus its own faults; the same shape without faults, and a faulting one beyond the
+    probed batches, keep the kernel, which reaches only part of the way."""
+    from analysis.costmodel.model import fault_pages, step_time
+    grid = _shape_grid()
+    kf = features.knob_frame(grid)
+    cell48 = ((grid.model == "mlp") & (grid.precision == "bf16") & (grid.image_size == 48)).to_numpy()
+    grid["xla_temp_bytes"] = np.where(cell48, 40e6, 1e6)
+    pages = fault_pages(grid.xla_temp_bytes, 32 << 20)
+    true_S = step_time(TRUE, kf) * np.where(cell48, 0.75, 1.0) + 2e-6 * pages
+    grid["device_resident_samples_per_s"] = grid.batch_size / true_S
+    grid["resident_minor_faults_per_step"] = pages
+    grid["fault_s_per_page"] = np.where(pages > 0, 2e-6, np.nan)
+    middle = (cell48 & (grid.batch_size == 64)).to_numpy()
+    model = costmodel.fit(synthetic_rows(), step_probe=grid[~middle])
+    at64 = grid[middle]
+    assert components(model, at64).step_s.iloc[0] == pytest.approx(true_S[middle][0], rel=1e-9)
+    cool = components(model, at64.assign(xla_temp_bytes=1e6)).step_s.iloc[0]  # no faults: the kernel
+    form = step_time({"step_overhead_s": np.nan, **model.params}, features.knob_frame(at64))[0]
+    line = true_S[middle][0] - 2e-6 * pages[middle][0]
+    assert cool == pytest.approx(form, rel=0.05) and cool > 1.2 * line  # near the form, not on the line
+    beyond = components(model, at64.assign(batch_size=256)).step_s.iloc[0]  # past the probed batches
+    form256 = step_time({"step_overhead_s": np.nan, **model.params}, features.knob_frame(at64.assign(batch_size=256)))[0]
+    faults = 2e-6 * pages[middle][0]
+    assert 0.75 * form256 + faults < beyond < form256 + faults
