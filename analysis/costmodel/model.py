@@ -1312,6 +1312,18 @@ def anchor_factor(anchors: list, kf: pd.DataFrame, form: np.ndarray | None = Non
     return np.exp(out)
 
 
+def _shape_key(r) -> tuple:
+    """A configuration's (or anchor's) shape within its cell, as strings: :data:`ANCHOR_CELL`, batch, image."""
+    return tuple(str(getattr(r, k)) for k in ANCHOR_CELL + ("batch_size", "image_size"))
+
+
+def _measured_anchors(a: pd.DataFrame) -> tuple[pd.DataFrame, set]:
+    """The anchors with ``meas``, each probed shape's measured step less its faults (the fitted step
+    times its residual), and the set of their shapes (:func:`_shape_key`)."""
+    a = a.assign(meas=a.fitted_s * np.exp(a.log_residual))
+    return a, set(map(_shape_key, a.itertuples(index=False)))
+
+
 def _bracket_anchor(anchors: list, kf: pd.DataFrame, form: np.ndarray, faulting: np.ndarray,
                     out: np.ndarray) -> np.ndarray:
     """Version 23: a faulting configuration whose shape the probe did not measure, but whose cell's
@@ -1331,8 +1343,8 @@ def _bracket_anchor(anchors: list, kf: pd.DataFrame, form: np.ndarray, faulting:
     its runs' own device-resident step (version 22), the line 1.04× (the probe itself reads a median
     7% above the runs). The rule is kept to faulting shapes: at the non-faulting shapes a line could
     reach (the CNNs at 64/16 of the study and of the second sweeps) it was no closer than the kernel
-    (1.01× and 1.06× the runs' step, against the kernel's 1.01× and 1.05×). Scored with ``costmodel holdout`` (holdout README,
-    "Version 23").
+    (1.01× and 1.06× the runs' step, against the kernel's 1.01× and 1.05×). Scored with
+    ``costmodel holdout`` (holdout README, "Version 23").
 
     >>> rec = lambda b, s, f: {"model": "mlp", "precision": "bf16", "grad_accum_steps": 2, "width": 16,
     ...                        "depth": 1, "batch_size": b, "image_size": 48, "log_residual": 0.0,
@@ -1348,13 +1360,12 @@ def _bracket_anchor(anchors: list, kf: pd.DataFrame, form: np.ndarray, faulting:
     a = pd.DataFrame(anchors)
     if "fitted_s" not in a or "faulting" not in a or not len(kf):
         return out
-    a = a.assign(meas=a.fitted_s * np.exp(a.log_residual))
-    own = set(map(tuple, a[list(ANCHOR_CELL) + ["batch_size", "image_size"]].astype(str).to_numpy()))
+    a, own = _measured_anchors(a)
     med = a.groupby(list(ANCHOR_CELL)).log_residual.transform("median")
     a = a[((a.log_residual - med).abs() <= ANCHOR_LOCAL_LOG) & a.faulting.astype(bool)]
     out = out.copy()
     for i, r in enumerate(kf.itertuples(index=False)):
-        if not faulting[i] or tuple(str(getattr(r, k)) for k in ANCHOR_CELL + ("batch_size", "image_size")) in own:
+        if not faulting[i] or _shape_key(r) in own:
             continue  # a probed shape is its own, faulting or not
         same = a[a.image_size == int(r.image_size)]
         for k in ANCHOR_CELL:
@@ -1389,11 +1400,10 @@ def _twin_anchor(anchors: list, kf: pd.DataFrame, form: np.ndarray, out: np.ndar
     a = pd.DataFrame(anchors)
     if "fitted_s" not in a or not len(kf):
         return out
-    a = a.assign(meas=a.fitted_s * np.exp(a.log_residual))
+    a, own = _measured_anchors(a)
     shape = ["model", "precision", "width", "depth", "batch_size", "image_size"]
     one = a[a.grad_accum_steps == 1].set_index(shape).meas
     one = one[~one.index.duplicated()]
-    own = set(map(tuple, a[list(ANCHOR_CELL) + ["batch_size", "image_size"]].astype(str).to_numpy()))
     out = out.copy()
     ratio = {}  # the cell's median ratio per (model, precision, width, depth, accumulation), once each
 
@@ -1406,7 +1416,7 @@ def _twin_anchor(anchors: list, kf: pd.DataFrame, form: np.ndarray, out: np.ndar
         return ratio[(cell, acc)]
     for i, r in enumerate(kf.itertuples(index=False)):
         acc = int(r.grad_accum_steps)
-        if acc <= 1 or tuple(str(getattr(r, k)) for k in ANCHOR_CELL + ("batch_size", "image_size")) in own:
+        if acc <= 1 or _shape_key(r) in own:
             continue
         cell = (str(r.model), str(r.precision), int(r.width), int(r.depth))
         tw = cell + (int(r.batch_size), int(r.image_size))
