@@ -7,10 +7,11 @@ runs and the second sweep's), as log ratios; medians per CPU (``bias``), the med
 (what calibration takes, ``analysis.costmodel.model._step_probe_rows``); ``later`` the mean of the two later rounds (warmed up in two steps); ``r0`` the first round
 alone (compiled, then warmed up until steady, as a run is); ``minr0med`` the first round unless it
 is slower than the median; ``min`` the fastest round; ``corr`` the median after dividing the later
-rounds by the study's median later / first ratio; ``mean01`` the geometric mean. From the
-repository root:
+rounds by the study's median later / first ratio; ``mean01`` the geometric mean. It extends
+``forms/v22/probe_vs_runs.py`` (the median of the rounds only, ``pair174``–``pair222``) to every
+round and every pair with three. From the repository root:
 
-    .venv/bin/python results/cpu-2core/holdout/forms/v24/probe_rounds.py
+    .venv/bin/python results/cpu-2core/holdout/forms/v24/probe_rounds.py > results/cpu-2core/holdout/forms/v24/probe_rounds.txt
 """
 import glob, os
 import numpy as np, pandas as pd
